@@ -1,0 +1,221 @@
+"""The background engine: one queue, one thread, a list of exporters.
+
+The caller's side is a closure made once (:func:`Pipeline.make_emit`) that
+does a ``qsize`` check and a ``SimpleQueue.put`` of ``(t, event, fields)``;
+everything else (building the event dict, encoding, I/O, spans, metrics)
+happens on the background thread.  The first exporter is the canonical log:
+what it cannot write, and what the full queue turned away, is reported in the
+log itself as ``trace.dropped`` once it accepts writes again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from queue import SimpleQueue
+from typing import Any
+
+from .exporters import EventExporter
+
+_log = logging.getLogger("otel_rollout")
+
+RESERVED = ("t", "run_id", "event")
+_STOP = object()
+
+Emit = Callable[..., None]
+
+
+@dataclass
+class PipelineStats:
+    """What happened to the events the caller handed over (read them after ``flush``)."""
+
+    written: int = 0
+    dropped_queue_full: int = 0
+    dropped_write_error: int = 0
+    renamed_fields: int = 0
+    exporter_errors: int = 0
+
+    @property
+    def dropped(self) -> int:
+        return self.dropped_queue_full + self.dropped_write_error
+
+
+class Pipeline:
+    """Moves events from the caller's queue to the exporters on a daemon thread."""
+
+    def __init__(
+        self,
+        run_id: str,
+        exporters: Sequence[EventExporter],
+        *,
+        capacity: int,
+        max_batch: int,
+    ) -> None:
+        if not exporters:
+            raise ValueError("a pipeline needs at least one exporter (the log)")
+        self.run_id = run_id
+        self.stats = PipelineStats()
+        self._exporters = list(exporters)
+        self._failed_exporters: set[int] = set()
+        self._capacity = capacity
+        self._max_batch = max_batch
+        self._start()
+
+    def _start(self) -> None:
+        self._queue: SimpleQueue[Any] = SimpleQueue()
+        self._lock = threading.Lock()
+        self._unreported_drops = 0
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="otel-rollout-writer", daemon=True)
+        self._thread.start()
+
+    def make_emit(self) -> Emit:
+        """The caller's hot path: stamp the time and enqueue, or count a drop."""
+        put = self._queue.put
+        qsize = self._queue.qsize
+        capacity = self._capacity
+        now = time.time
+        on_full = self._count_queue_full
+
+        def emit(event: str, /, **fields: Any) -> None:
+            if qsize() < capacity:
+                put((now(), event, fields))
+            else:
+                on_full()
+
+        return emit
+
+    def submit(self, t: float, event: str, fields: dict[str, Any]) -> None:
+        """Enqueue an event the trace itself makes (``run.start``), past the capacity check."""
+        self._queue.put((t, event, fields))
+
+    def _count_queue_full(self) -> None:
+        with self._lock:
+            self._unreported_drops += 1
+            self.stats.dropped_queue_full += 1
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every event queued before this call has been exported."""
+        if self._closed or not self._thread.is_alive():
+            return not self._thread.is_alive()
+        done = threading.Event()
+        self._queue.put(done)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not done.wait(0.05):
+            if not self._thread.is_alive():
+                return False
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+        return True
+
+    def close(self, timeout: float) -> bool:
+        """Export everything queued, shut the exporters down and stop the thread."""
+        with self._lock:
+            if self._closed:
+                return True
+            self._closed = True
+        self._queue.put(_STOP)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            _log.warning(
+                "otel-rollout: writer did not finish within %.1fs; events still queued are lost",
+                timeout,
+            )
+            return False
+        return True
+
+    def restart_in_child(self, run_id: str) -> None:
+        """After ``fork``: a fresh queue and thread; the parent's queued events stay its own."""
+        self.run_id = run_id
+        self.stats = PipelineStats()
+        self._start()
+
+    def _run(self) -> None:
+        get = self._queue.get
+        qsize = self._queue.qsize
+        stopping = False
+        while not stopping:
+            items = [get()]
+            for _ in range(min(qsize(), self._max_batch - 1)):
+                items.append(get())
+            try:
+                stopping = self._process(items)
+            except Exception:  # never let the writer die: the controller relies on it
+                _log.exception("otel-rollout: internal error in the writer thread")
+        leftovers = [get() for _ in range(qsize())]
+        try:
+            self._process(leftovers)
+        finally:
+            for exporter in self._exporters:
+                try:
+                    exporter.shutdown()
+                except Exception:
+                    _log.exception("otel-rollout: %s failed to shut down", type(exporter).__name__)
+
+    def _process(self, items: list[Any]) -> bool:
+        """Export the events among ``items``, then release flush waiters; True on stop."""
+        run_id = self.run_id
+        events: list[dict[str, Any]] = []
+        waiters: list[threading.Event] = []
+        stopping = False
+        for item in items:
+            if item.__class__ is tuple:
+                t, name, fields = item
+                event = {"t": t, "run_id": run_id, "event": name, **fields}
+                if len(event) != len(fields) + 3:
+                    event = self._rename_reserved(t, name, fields)
+                events.append(event)
+            elif item is _STOP:
+                stopping = True
+            else:
+                waiters.append(item)
+        if events:
+            self._export(events)
+        for waiter in waiters:
+            waiter.set()
+        return stopping
+
+    def _rename_reserved(self, t: float, name: str, fields: dict[str, Any]) -> dict[str, Any]:
+        """Reserved keys win; a caller's ``t``/``run_id``/``event`` field is kept as ``t_`` etc."""
+        self.stats.renamed_fields += 1
+        event: dict[str, Any] = {"t": t, "run_id": self.run_id, "event": name}
+        for key, value in fields.items():
+            event[key + "_" if key in RESERVED else key] = value
+        return event
+
+    def _export(self, events: list[dict[str, Any]]) -> None:
+        with self._lock:
+            drops, self._unreported_drops = self._unreported_drops, 0
+        ours = len(events)
+        if drops:
+            events.append(
+                {"t": time.time(), "run_id": self.run_id, "event": "trace.dropped", "count": drops}
+            )
+        lost = min(self._call(0, events), len(events))
+        if lost:
+            # The drop report is the batch's last line, so it is the first one lost.
+            lost_ours = max(lost - 1, 0) if drops else lost
+            with self._lock:
+                self._unreported_drops += lost_ours + drops
+                self.stats.dropped_write_error += lost_ours
+            ours -= lost_ours
+        self.stats.written += ours
+        for index in range(1, len(self._exporters)):
+            self._call(index, events)
+
+    def _call(self, index: int, events: list[dict[str, Any]]) -> int:
+        exporter = self._exporters[index]
+        try:
+            lost = exporter.export(events)
+        except Exception:
+            self.stats.exporter_errors += 1
+            if index not in self._failed_exporters:
+                self._failed_exporters.add(index)
+                _log.exception(
+                    "otel-rollout: %s failed; counting its losses", type(exporter).__name__
+                )
+            return len(events)
+        return lost

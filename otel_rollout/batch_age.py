@@ -1,0 +1,301 @@
+"""Batch age: token-weighted policy updates between generating a token and training on it.
+
+This module is the one implementation of the arithmetic (SPEC §5).  The live
+path (a controller calls :func:`batch_age_group_metrics` per published group
+and :func:`pop_batch_age` per step) and the offline path
+(:func:`batch_age_by_step` over a trace file) share :func:`batch_age` so both
+give the same float for every step.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+_log = logging.getLogger("otel_rollout")
+
+__all__ = [
+    "AGE_BUCKETS",
+    "BATCH_AGE_EVENTS",
+    "BATCH_AGE_TOKENS_METRIC",
+    "BATCH_AGE_VERSION_SUM_METRIC",
+    "RefitCuts",
+    "StepAge",
+    "batch_age",
+    "batch_age_by_step",
+    "batch_age_group_metrics",
+    "call_tokens_by_version",
+    "pop_batch_age",
+    "step_ages",
+    "tokens_by_version",
+]
+
+BATCH_AGE_TOKENS_METRIC = "batch_age/trained_tokens"
+BATCH_AGE_VERSION_SUM_METRIC = "batch_age/token_version_sum"
+
+#: The only event kinds batch age needs; readers may skip every other line unparsed.
+BATCH_AGE_EVENTS = frozenset({"group.seal", "train.step"})
+
+#: Token ages reported separately; the last bucket holds this age and older.
+AGE_BUCKETS = (0, 1, 2, 3)
+
+
+def call_tokens_by_version(
+    began_version: int, tokens: int, cuts: Sequence[tuple[int, int]] = ()
+) -> dict[int, int]:
+    """Split one call's tokens by the version that generated them.
+
+    ``cuts`` are ``(tokens_so_far, new_version)`` in refit order.  Cut counts
+    are clamped into ``[previous cut, tokens]``; zero-token pieces are left out.
+    """
+    counts: dict[int, int] = {}
+    version, start = began_version, 0
+    for at, new_version in cuts:
+        at = min(max(at, start), tokens)
+        if at > start:
+            counts[version] = counts.get(version, 0) + at - start
+        version, start = new_version, at
+    if tokens > start:
+        counts[version] = counts.get(version, 0) + tokens - start
+    return counts
+
+
+class RefitCuts:
+    """Where each running captured call switched weights, until its group publishes.
+
+    vLLM keeps running calls across a refit, so a call's tokens after the
+    refit come from the new weights.  Record every refit's paused calls, then
+    ask for a published group's counts with :meth:`tokens_by_version`.
+    """
+
+    def __init__(self) -> None:
+        self._cuts: dict[Any, list[tuple[int, int]]] = {}
+        self._first_replaced: dict[Any, int] = {}
+
+    def __len__(self) -> int:
+        """How many calls have recorded cuts (what the controller is holding on to)."""
+        return len(self._cuts)
+
+    def record(
+        self, replaced_version: int, new_version: int, calls: Iterable[Sequence[Any]]
+    ) -> None:
+        """Record how many tokens each call had when the refit ``replaced_version → new_version``
+        paused it; ``calls`` holds ``(call_id, tokens_so_far)`` pairs."""
+        for call in calls:
+            call_id, tokens_so_far = call[0], call[1]
+            cuts = self._cuts.get(call_id)
+            if cuts is None:
+                self._cuts[call_id] = [(int(tokens_so_far), new_version)]
+                self._first_replaced[call_id] = replaced_version
+            else:
+                cuts.append((int(tokens_so_far), new_version))
+
+    def forget_before(self, oldest_trainable_version: int) -> None:
+        """Drop calls whose group cannot be trained any more.
+
+        A call began on or before the version its first refit replaced, and
+        its group no later than the call, so the group is too old to train
+        when that version is.
+        """
+        stale = [c for c, r in self._first_replaced.items() if r < oldest_trainable_version]
+        for call_id in stale:
+            del self._cuts[call_id]
+            del self._first_replaced[call_id]
+
+    def tokens_by_version(self, call_versions: Iterable[tuple[Any, int, int]]) -> dict[int, int]:
+        """A published group's trained tokens by the weight version that made them.
+
+        ``call_versions`` holds each trained call's ID, the version it began
+        on and the tokens it generated.  A call's tokens count under the
+        version it began on until a refit paused it, and under the version
+        that refit installed from there on.  The calls are forgotten.
+        """
+        counts: dict[int, int] = {}
+        for call_id, began_version, tokens in call_versions:
+            cuts = self._cuts.pop(call_id, ())
+            self._first_replaced.pop(call_id, None)
+            for version, n in call_tokens_by_version(began_version, tokens, cuts).items():
+                counts[version] = counts.get(version, 0) + n
+        return counts
+
+
+def batch_age_group_metrics(counts: dict[int, int]) -> dict[str, int]:
+    """A published group's share of its step's batch age, as two sums."""
+    return {
+        BATCH_AGE_TOKENS_METRIC: sum(counts.values()),
+        BATCH_AGE_VERSION_SUM_METRIC: sum(int(v) * n for v, n in counts.items()),
+    }
+
+
+def batch_age(trained_version: int, tokens: int, version_sum: int) -> float | None:
+    """``trained_version − version_sum / tokens``, or None when there are no tokens."""
+    if tokens <= 0:
+        return None
+    return trained_version - version_sum / tokens
+
+
+def pop_batch_age(per_group_metrics: dict[str, list[Any]], trained_version: int) -> float | None:
+    """Remove the step's batch-age sums and return its batch age, if it has tokens.
+
+    ``per_group_metrics`` holds the step's rollout metrics, one value per
+    group; ``trained_version`` is the policy version the step updates.
+    """
+    tokens = per_group_metrics.pop(BATCH_AGE_TOKENS_METRIC, None) or []
+    version_sum = per_group_metrics.pop(BATCH_AGE_VERSION_SUM_METRIC, None) or []
+    return batch_age(trained_version, sum(tokens), sum(version_sum))
+
+
+OnMalformed = Callable[[dict[str, Any], str], None]
+
+
+def _int(value: Any, name: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise TypeError(f"{name} must be an integer, got {value!r}")
+
+
+def _apply_seal(groups: dict[str, dict[int, int]], event: dict[str, Any]) -> None:
+    """Keep a sealed group's counts; a later seal of the same group replaces them."""
+    group_id = event["group_id"]
+    if not isinstance(group_id, str):
+        raise TypeError(f"group_id must be a string, got {group_id!r}")
+    raw = event.get("tokens_by_version")
+    if raw is None:
+        groups.pop(group_id, None)
+    elif isinstance(raw, dict):
+        groups[group_id] = {int(v): _int(n, f"tokens_by_version[{v}]") for v, n in raw.items()}
+    else:
+        raise TypeError(f"tokens_by_version must be an object, got {raw!r}")
+
+
+def _step_fields(event: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a train.step that batch age uses, checked."""
+    group_ids = event["group_ids"]
+    if not (isinstance(group_ids, list) and all(isinstance(g, str) for g in group_ids)):
+        raise TypeError(f"group_ids must be a list of strings, got {group_ids!r}")
+    logged = event.get("batch_age")
+    return {
+        "step": _int(event["step"], "step"),
+        "trained_version": _int(event["trained_version"], "trained_version"),
+        "group_ids": group_ids,
+        "run_id": event.get("run_id"),
+        "t": event.get("t"),
+        "batch_age": logged if isinstance(logged, (int, float)) else None,
+    }
+
+
+def _log_malformed(event: dict[str, Any], reason: str) -> None:
+    _log.warning("skipping a malformed %s event: %s", event.get("event"), reason)
+
+
+def _ingest(
+    events: Iterable[dict[str, Any]],
+    on_malformed: OnMalformed | None,
+    groups: dict[str, dict[int, int]],
+    steps: dict[int, dict[str, Any]] | None,
+) -> None:
+    """Fold seals (and steps, if asked) into ``groups``/``steps``, skipping malformed events."""
+    report = on_malformed or _log_malformed
+    for event in events:
+        kind = event.get("event")
+        try:
+            if kind == "group.seal":
+                _apply_seal(groups, event)
+            elif kind == "train.step" and steps is not None:
+                fields = _step_fields(event)
+                steps[fields["step"]] = fields
+        except KeyError as exc:
+            report(event, f"missing field {exc.args[0]!r}")
+        except (TypeError, ValueError) as exc:
+            report(event, str(exc))
+
+
+def tokens_by_version(
+    events: Iterable[dict[str, Any]], *, on_malformed: OnMalformed | None = None
+) -> dict[str, dict[int, int]]:
+    """Each published group's trained tokens, by the weight version that made them.
+
+    Groups are resolved across the whole file; when a group was sealed more
+    than once, the latest seal wins.
+    """
+    groups: dict[str, dict[int, int]] = {}
+    _ingest(events, on_malformed, groups, None)
+    return groups
+
+
+@dataclass
+class StepAge:
+    """One training step's batch age and the token-age distribution behind it."""
+
+    step: int
+    trained_version: int
+    groups: int
+    tokens: int
+    batch_age: float | None
+    tokens_by_age: dict[int, int] = field(default_factory=dict)
+    run_id: str | None = None
+    t: float | None = None
+    logged_batch_age: float | None = None
+
+    def share(self, age: int) -> float:
+        """Share of this step's tokens at ``age`` (the last bucket: that age or older)."""
+        return self.tokens_by_age.get(age, 0) / self.tokens if self.tokens else 0.0
+
+
+def _step_age(event: dict[str, Any], groups: dict[str, dict[int, int]]) -> StepAge:
+    trained = event["trained_version"]
+    group_ids = event["group_ids"]
+    tokens = version_sum = 0
+    by_age: dict[int, int] = {}
+    top = AGE_BUCKETS[-1]
+    for group_id in group_ids:
+        counts = groups.get(group_id)
+        if not counts:
+            continue
+        sums = batch_age_group_metrics(counts)
+        tokens += sums[BATCH_AGE_TOKENS_METRIC]
+        version_sum += sums[BATCH_AGE_VERSION_SUM_METRIC]
+        for version, n in counts.items():
+            age = min(max(trained - version, 0), top)
+            by_age[age] = by_age.get(age, 0) + n
+    return StepAge(
+        step=event["step"],
+        trained_version=trained,
+        groups=len(group_ids),
+        tokens=tokens,
+        batch_age=batch_age(trained, tokens, version_sum),
+        tokens_by_age=by_age,
+        run_id=event.get("run_id"),
+        t=event.get("t"),
+        logged_batch_age=event.get("batch_age"),
+    )
+
+
+def step_ages(
+    events: Iterable[dict[str, Any]], *, on_malformed: OnMalformed | None = None
+) -> list[StepAge]:
+    """Every step's :class:`StepAge`, in step order; a step trained again keeps the later one.
+
+    Seals are resolved across the whole input (the latest seal of a group
+    wins), so steps are evaluated once every event has been read.  Memory is
+    bounded by the groups and steps, not by the number of lines.  Malformed
+    seals and steps go to ``on_malformed(event, reason)`` (default: a warning).
+    """
+    groups: dict[str, dict[int, int]] = {}
+    steps: dict[int, dict[str, Any]] = {}
+    _ingest(events, on_malformed, groups, steps)
+    return [_step_age(steps[s], groups) for s in sorted(steps)]
+
+
+def batch_age_by_step(
+    events: Iterable[dict[str, Any]], *, on_malformed: OnMalformed | None = None
+) -> dict[int, float]:
+    """Each step's token-weighted age: policy updates from generating to training.
+
+    A step a resumed run trained again keeps the later run's value; steps
+    whose groups carry no counts are absent, not 0.
+    """
+    rows = step_ages(events, on_malformed=on_malformed)
+    return {r.step: r.batch_age for r in rows if r.batch_age is not None}

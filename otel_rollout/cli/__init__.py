@@ -1,0 +1,87 @@
+"""The ``otel-rollout`` command: one subcommand per module in this package.
+
+Exit codes: 0 ok, 1 the input has problems, 2 usage or I/O error.  Errors
+are one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from .. import __version__
+from . import _batch_age, _schema, _simulate, _validate
+from ._common import CliError
+
+__all__ = ["main", "run", "run_reference_main"]
+
+_COMMANDS = (_batch_age, _validate, _simulate, _schema)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="otel-rollout",
+        description=(
+            "Instrumentation for asynchronous RL rollouts: read a rollout_trace.jsonl, "
+            "report batch age per step, validate the log, or run a simulated training run."
+        ),
+        epilog="Run 'otel-rollout COMMAND --help' for a command's options.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in _COMMANDS:
+        module.add_parser(commands)
+    return parser
+
+
+def _setup_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("otel-rollout: %(levelname)s: %(message)s"))
+    logger = logging.getLogger("otel_rollout")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run one command and return its exit code."""
+    args = _parser().parse_args(argv)
+    _setup_logging()
+    try:
+        return int(args.handler(args) or 0)
+    except CliError as exc:
+        print(f"otel-rollout: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("otel-rollout: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        sys.stderr.close()  # the reader went away (| head); nothing left to say
+        return 0
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    raise SystemExit(run(argv))
+
+
+def run_reference_main(argv: Sequence[str] | None = None) -> int:
+    """``python -m otel_rollout.trace FILE``: one line per step, step then batch age."""
+    parser = argparse.ArgumentParser(
+        prog="python -m otel_rollout.trace",
+        description="Print each training step's batch age from a rollout trace file.",
+    )
+    parser.add_argument("file", help="a rollout_trace.jsonl (or .jsonl.gz)")
+    args = parser.parse_args(argv)
+    _setup_logging()
+    try:
+        for row in _batch_age.load_steps(args.file, progress=False):
+            if row.batch_age is not None:
+                print(f"{row.step} {row.batch_age:.6f}")
+    except CliError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except BrokenPipeError:
+        sys.stderr.close()
+    return 0

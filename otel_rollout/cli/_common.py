@@ -1,0 +1,65 @@
+"""What every command shares: its error type, opening trace files, progress on a terminal."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Collection
+from pathlib import Path
+
+from ..reader import EventReader, OnSkip
+
+
+class CliError(Exception):
+    """A problem to report in one line; exit code 2 (usage, I/O) unless said otherwise."""
+
+    def __init__(self, message: str, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def trace_reader(
+    path: str | os.PathLike[str],
+    *,
+    kinds: Collection[str] | None = None,
+    on_skip: OnSkip | None = None,
+    progress: bool = True,
+) -> EventReader:
+    """An :class:`EventReader` for a file the user named, checked up front."""
+    p = Path(path)
+    if not p.exists():
+        raise CliError(f"{p}: no such file")
+    if p.is_dir():
+        raise CliError(f"{p}: is a directory (pass the rollout_trace.jsonl inside it)")
+    if not os.access(p, os.R_OK):
+        raise CliError(f"{p}: permission denied")
+    report = terminal_progress(f"reading {p.name}") if progress else None
+    return EventReader(p, kinds=kinds, on_skip=on_skip, progress=report)
+
+
+def check_is_trace(reader: EventReader, events_seen: int) -> None:
+    """Raise when a file has lines but is evidently not a trace (its first line is no event)."""
+    if reader.lines and not events_seen and not reader.first_line_is_event:
+        raise CliError(f"{reader.path}: not a trace file (its first line is not a JSON event)")
+
+
+def terminal_progress(label: str) -> Callable[[int, int], None] | None:
+    """A ``(done, total)`` callback redrawing one line on stderr, if stderr is a terminal."""
+    if not sys.stderr.isatty():
+        return None
+    last = [0.0]
+
+    def report(done: int, total: int) -> None:
+        now = time.monotonic()
+        finished = total and done >= total
+        if not finished and now - last[0] < 0.1:
+            return
+        last[0] = now
+        pct = 100.0 * done / total if total else 100.0
+        sys.stderr.write(f"\r{label}: {pct:5.1f}% of {total / 1e6:,.1f} MB")
+        if finished:
+            sys.stderr.write("\r\033[K")
+        sys.stderr.flush()
+
+    return report

@@ -1,0 +1,197 @@
+"""``otel-rollout simulate`` and ``demo``: a simulated async-RL run against the real API."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..simulate import SimConfig, SimStatus, simulate
+from ..trace import ROLLOUT_TRACE_FILENAME
+from ._batch_age import load_steps, write_table
+from ._common import CliError
+
+_DEFAULTS = SimConfig()
+
+
+def add_parser(commands: Any) -> None:
+    sim = commands.add_parser(
+        "simulate",
+        help="run a simulated async GRPO training run that writes a trace",
+        description=(
+            "Simulate an asynchronous GRPO run: a controller reserves and admits prompt groups, "
+            "dispatches multi-turn attempts to a fake engine that generates tokens over time, "
+            "refits the engine after every optimizer step while calls keep running, discards "
+            "groups past the staleness limit, trains steps and publishes checkpoints. Every "
+            "event goes through RolloutTrace into LOG_DIR/rollout_trace.jsonl; at the end the "
+            "per-step batch age table is printed and checked against the live values."
+        ),
+    )
+    _add_options(sim)
+    sim.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing trace in LOG_DIR instead of refusing to run",
+    )
+    sim.set_defaults(handler=run_simulate)
+    demo = commands.add_parser(
+        "demo",
+        help="the guided tour: simulate a run into a fresh directory and explain the output",
+        description="Simulate a run into a fresh LOG_DIR (default runs/demo) and explain it.",
+    )
+    _add_options(demo, default_dir="runs/demo")
+    demo.set_defaults(handler=run_demo)
+
+
+def _add_options(parser: argparse.ArgumentParser, default_dir: str = "runs/sim") -> None:
+    parser.add_argument(
+        "--log-dir",
+        type=Path,
+        default=Path(default_dir),
+        help=f"where to write (default {default_dir})",
+    )
+    parser.add_argument("--steps", type=_positive, default=_DEFAULTS.steps, help="optimizer steps")
+    parser.add_argument(
+        "--groups-per-step",
+        type=_positive,
+        default=_DEFAULTS.groups_per_step,
+        help="groups per batch",
+    )
+    parser.add_argument(
+        "--group-size", type=_positive, default=_DEFAULTS.group_size, help="generations per prompt"
+    )
+    parser.add_argument(
+        "--max-lag",
+        type=int,
+        default=_DEFAULTS.max_lag,
+        help="staleness limit: most policy updates a group may lag the trained version",
+    )
+    parser.add_argument(
+        "--max-groups-in-flight",
+        type=_positive,
+        default=_DEFAULTS.max_groups_in_flight,
+        help="admission capacity: groups reserved but not yet trained",
+    )
+    parser.add_argument(
+        "--engine-slots",
+        type=_positive,
+        default=_DEFAULTS.engine_slots,
+        help="concurrent engine calls",
+    )
+    parser.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=_DEFAULTS.checkpoint_every,
+        help="steps between checkpoints",
+    )
+    parser.add_argument(
+        "--error-rate", type=float, default=_DEFAULTS.error_rate, help="attempts that fail"
+    )
+    parser.add_argument("--seed", type=int, default=_DEFAULTS.seed, help="random seed")
+    parser.add_argument(
+        "--speed", type=_speed, default=_DEFAULTS.speed, help="run N times faster than real time"
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress display")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _speed(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def _config(args: argparse.Namespace) -> SimConfig:
+    names = {f.name for f in dataclasses.fields(SimConfig)}
+    return dataclasses.replace(
+        _DEFAULTS, **{k: v for k, v in vars(args).items() if k in names and v is not None}
+    )
+
+
+class _ProgressLine:
+    """One status line on stderr: redrawn in place on a terminal, every few steps otherwise."""
+
+    def __init__(self, total_steps: int, quiet: bool) -> None:
+        self.total = total_steps
+        self.quiet = quiet
+        self.tty = sys.stderr.isatty()
+        self.started = time.monotonic()
+        self.every = max(1, total_steps // 6)
+
+    def __call__(self, s: SimStatus) -> None:
+        if self.quiet or (not self.tty and s.step % self.every and s.step != self.total):
+            return
+        age = "-" if s.last_batch_age is None else f"{s.last_batch_age:.3f}"
+        line = (
+            f"step {s.step:>4}/{self.total}  version {s.version:>4}  "
+            f"groups in flight {s.groups_in_flight:>3}  attempts running {s.attempts_running:>3}  "
+            f"tokens {s.tokens:>9,}  batch age {age:>6}  {time.monotonic() - self.started:5.1f}s"
+        )
+        sys.stderr.write(("\r" + line + "\033[K") if self.tty else line + "\n")
+        sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.tty and not self.quiet:
+            sys.stderr.write("\n")
+
+
+def _run(args: argparse.Namespace) -> int:
+    config = _config(args)
+    progress = _ProgressLine(config.steps, args.quiet)
+    try:
+        result = simulate(args.log_dir, config, on_progress=progress)
+    except OSError as exc:
+        raise CliError(f"cannot write to {args.log_dir}: {exc.strerror or exc}") from exc
+    finally:
+        progress.done()
+    rows = load_steps(str(result.trace_path), progress=False)
+    write_table(rows, sys.stdout)
+    offline = {r.step: r.batch_age for r in rows if r.batch_age is not None}
+    agree = offline.keys() == result.live_batch_age.keys() and all(
+        offline[s] == result.live_batch_age[s] for s in offline
+    )
+    print(f"trace: {result.trace_path}  (run {result.run_id})")
+    if not agree:
+        print(
+            "error: the live batch age differs from the one read back from the file",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"live batch age equals the file's for all {len(offline)} steps")
+    return 0
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    trace = args.log_dir / ROLLOUT_TRACE_FILENAME
+    if trace.exists() and not args.overwrite:
+        raise CliError(
+            f"{trace} exists; pass --overwrite to replace it or choose another --log-dir"
+        )
+    if trace.exists():
+        trace.unlink()
+    return _run(args)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    if args.log_dir.exists():
+        shutil.rmtree(args.log_dir / "checkpoints", ignore_errors=True)
+        (args.log_dir / ROLLOUT_TRACE_FILENAME).unlink(missing_ok=True)
+    print(
+        "otel-rollout demo: a simulated async GRPO run. The controller logs every rollout\n"
+        "event through RolloutTrace; the engine keeps generating while new weights are\n"
+        "installed, so a call's tokens are split by the weight version that made them.\n"
+        "Batch age = trained version - token-weighted version of the batch's tokens.\n"
+    )
+    return _run(args)

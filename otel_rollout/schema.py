@@ -1,0 +1,334 @@
+"""The canonical JSONL schema (version 1): every event kind and its fields, in one place.
+
+:data:`EVENTS` is the single source of truth.  :func:`problems` checks one
+event against it (used by ``otel-rollout validate``), and :func:`json_schema`
+renders it as the JSON Schema shipped beside this module
+(``otel-rollout schema > otel_rollout/schema.json`` regenerates it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import orjson
+
+__all__ = [
+    "COMMON_FIELDS",
+    "EVENTS",
+    "SCHEMA_VERSION",
+    "EventKind",
+    "FieldType",
+    "json_schema",
+    "json_schema_text",
+    "problems",
+    "shipped_json_schema",
+]
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class FieldType:
+    """A field's type: a name for people, a check for the validator, a JSON Schema for tools."""
+
+    name: str
+    check: Callable[[Any], str | None]
+    schema: Mapping[str, Any]
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return (_is_int(v) or isinstance(v, float)) and math.isfinite(v)
+
+
+def _need(ok: bool, what: str) -> str | None:
+    return None if ok else f"must be {what}"
+
+
+def _calls(v: Any) -> str | None:
+    if not isinstance(v, list):
+        return "must be a list of [call_id, began_version, tokens]"
+    for i, c in enumerate(v):
+        if not (isinstance(c, list) and len(c) == 3 and _is_int(c[1]) and _is_int(c[2])):
+            return f"item {i} must be [call_id, began_version, tokens]"
+        if c[1] < 0 or c[2] < 0:
+            return f"item {i} has a negative version or token count"
+    return None
+
+
+def _cuts(v: Any) -> str | None:
+    if not isinstance(v, list):
+        return "must be a list of [call_id, tokens_so_far]"
+    for i, c in enumerate(v):
+        if not (isinstance(c, list) and len(c) == 2 and _is_int(c[1]) and c[1] >= 0):
+            return f"item {i} must be [call_id, tokens_so_far]"
+    return None
+
+
+def _tokens_by_version(v: Any) -> str | None:
+    if not isinstance(v, dict):
+        return "must be an object of version → tokens"
+    for key, n in v.items():
+        if not (key.isdigit() and key.isascii()):
+            return f"key {key!r} must be a version as a decimal string"
+        if not (_is_int(n) and n >= 0):
+            return f"tokens for version {key} must be an integer ≥ 0"
+    return None
+
+
+_ID_SCHEMA = {"type": ["string", "integer"]}
+
+INT = FieldType("integer", lambda v: _need(_is_int(v), "an integer"), {"type": "integer"})
+COUNT = FieldType(
+    "integer ≥ 0",
+    lambda v: _need(_is_int(v) and v >= 0, "an integer ≥ 0"),
+    {"type": "integer", "minimum": 0},
+)
+VERSION = FieldType(
+    "weight version (integer ≥ 0)",
+    lambda v: _need(_is_int(v) and v >= 0, "a weight version (an integer ≥ 0)"),
+    {"type": "integer", "minimum": 0},
+)
+SIZE = FieldType(
+    "integer ≥ 1",
+    lambda v: _need(_is_int(v) and v >= 1, "an integer ≥ 1"),
+    {"type": "integer", "minimum": 1},
+)
+NUMBER = FieldType("number", lambda v: _need(_is_number(v), "a finite number"), {"type": "number"})
+SECONDS = FieldType(
+    "seconds (number ≥ 0)",
+    lambda v: _need(_is_number(v) and v >= 0, "a number of seconds ≥ 0"),
+    {"type": "number", "minimum": 0},
+)
+OPTIONAL_NUMBER = FieldType(
+    "number or null",
+    lambda v: _need(v is None or _is_number(v), "a finite number or null"),
+    {"type": ["number", "null"]},
+)
+STRING = FieldType("string", lambda v: _need(isinstance(v, str), "a string"), {"type": "string"})
+ID = FieldType(
+    "string",
+    lambda v: _need(isinstance(v, str) and v != "", "a non-empty string"),
+    {"type": "string", "minLength": 1},
+)
+STRINGS = FieldType(
+    "list of strings",
+    lambda v: _need(
+        isinstance(v, list) and all(isinstance(s, str) for s in v), "a list of strings"
+    ),
+    {"type": "array", "items": {"type": "string"}},
+)
+OBJECT = FieldType("object", lambda v: _need(isinstance(v, dict), "an object"), {"type": "object"})
+ANY = FieldType("any", lambda v: None, {})
+SCHEMA_CONST = FieldType(
+    f"{SCHEMA_VERSION}",
+    lambda v: _need(_is_int(v) and v == SCHEMA_VERSION, f"{SCHEMA_VERSION}"),
+    {"const": SCHEMA_VERSION},
+)
+CALLS = FieldType(
+    "list of [call_id, began_version, tokens]",
+    _calls,
+    {
+        "type": "array",
+        "items": {
+            "type": "array",
+            "prefixItems": [
+                _ID_SCHEMA,
+                {"type": "integer", "minimum": 0},
+                {"type": "integer", "minimum": 0},
+            ],
+            "minItems": 3,
+            "maxItems": 3,
+        },
+    },
+)
+CUTS = FieldType(
+    "list of [call_id, tokens_so_far]",
+    _cuts,
+    {
+        "type": "array",
+        "items": {
+            "type": "array",
+            "prefixItems": [_ID_SCHEMA, {"type": "integer", "minimum": 0}],
+            "minItems": 2,
+            "maxItems": 2,
+        },
+    },
+)
+TOKENS_BY_VERSION = FieldType(
+    "object: version (decimal string) → tokens",
+    _tokens_by_version,
+    {
+        "type": "object",
+        "propertyNames": {"pattern": "^[0-9]+$"},
+        "additionalProperties": {"type": "integer", "minimum": 0},
+    },
+)
+
+
+@dataclass(frozen=True)
+class EventKind:
+    """One event kind: what it means, the fields it must have and the ones it may have."""
+
+    doc: str
+    required: Mapping[str, FieldType]
+    optional: Mapping[str, FieldType] = field(default_factory=dict)
+
+
+COMMON_FIELDS: Mapping[str, FieldType] = {"t": NUMBER, "run_id": ID, "event": ID}
+
+_GROUP = {"group_id": ID, "prompt_id": INT}
+_ATTEMPT = {"attempt_id": ID, "group_id": ID, "prompt_id": INT, "generation_index": COUNT}
+_DISPATCH = {**_ATTEMPT, "weight_version": VERSION}
+
+EVENTS: Mapping[str, EventKind] = {
+    "run.start": EventKind(
+        "Written by the trace itself when it opens.",
+        {"schema": SCHEMA_CONST, "pid": INT},
+        {"host": STRING, "argv": STRINGS, "config": OBJECT, "parent_run_id": ID},
+    ),
+    "group.reserve": EventKind(
+        "A buffer slot and a prompt are reserved for a group.",
+        {**_GROUP, "size": SIZE, "weight_version": VERSION},
+        {"epoch": COUNT},
+    ),
+    "group.admit": EventKind(
+        "The group passed admission (capacity, staleness); its attempts may be dispatched.",
+        _GROUP,
+    ),
+    "group.seal": EventKind(
+        "The group is published: complete and trainable.",
+        {**_GROUP, "tokens": COUNT},
+        {"tokens_by_version": TOKENS_BY_VERSION},
+    ),
+    "group.discard": EventKind(
+        "The group is dropped (stale, failed, stop, ...).", {**_GROUP, "reason": ID}
+    ),
+    "attempt.dispatch": EventKind(
+        "One generation of one prompt is sent to the engine.", _DISPATCH, {"epoch": COUNT}
+    ),
+    "attempt.resume": EventKind(
+        "An attempt continues from a rollout snapshot after a restore.",
+        {**_DISPATCH, "resumed_tokens": COUNT},
+        {"epoch": COUNT, "snapshot": ANY},
+    ),
+    "attempt.seal": EventKind(
+        "The attempt finished and was committed.",
+        {**_ATTEMPT, "tokens": COUNT},
+        {"calls": CALLS},
+    ),
+    "attempt.refuse": EventKind(
+        "The attempt was refused before it ran (stale, capacity, stopping, ...).",
+        {**_ATTEMPT, "reason": ID},
+    ),
+    "attempt.abandon": EventKind(
+        "A running attempt was given up (stop, stale, error, timeout, ...).",
+        {**_ATTEMPT, "reason": ID},
+        {"tokens": COUNT},
+    ),
+    "weights.sync": EventKind(
+        "A refit installed new weights into the engine; cuts are the running calls it paused.",
+        {"replaced_version": VERSION, "new_version": VERSION},
+        {"cuts": CUTS, "duration_s": SECONDS},
+    ),
+    "train.step": EventKind(
+        "One optimizer step; trained_version is the policy version the step updates.",
+        {"step": COUNT, "trained_version": VERSION, "group_ids": STRINGS},
+        {"batch_age": OPTIONAL_NUMBER, "duration_s": SECONDS},
+    ),
+    "checkpoint.publish": EventKind(
+        "A checkpoint became durable.", {"step": COUNT, "weight_version": VERSION}, {"path": STRING}
+    ),
+    "checkpoint.restore": EventKind(
+        "A run restored a checkpoint.",
+        {"step": COUNT, "weight_version": VERSION},
+        {"path": STRING, "from_run_id": ID},
+    ),
+    "trace.dropped": EventKind(
+        "Written by the trace itself: events it had to drop since the last such line.",
+        {"count": COUNT},
+    ),
+}
+
+
+def problems(event: Any) -> list[str]:
+    """Everything wrong with one event, as sentences; empty when it is valid.
+
+    Unknown fields are fine (readers keep them); an unknown event kind is a
+    problem only in the sense that nothing can check it, so it is reported
+    with the prefix ``"unknown event kind"`` for callers to treat as a warning.
+    """
+    if not isinstance(event, dict):
+        return [f"is a JSON {type(event).__name__}, not an object"]
+    found: list[str] = []
+    _check_fields(event, COMMON_FIELDS, True, found)
+    kind = EVENTS.get(event.get("event"))  # type: ignore[arg-type]
+    if kind is None:
+        if isinstance(event.get("event"), str):
+            found.append(f"unknown event kind {event['event']!r}")
+        return found
+    _check_fields(event, kind.required, True, found)
+    _check_fields(event, kind.optional, False, found)
+    return found
+
+
+def _check_fields(
+    event: dict[str, Any], fields: Mapping[str, FieldType], required: bool, found: list[str]
+) -> None:
+    for name, ftype in fields.items():
+        if name not in event:
+            if required:
+                found.append(f"missing required field {name!r}")
+            continue
+        problem = ftype.check(event[name])
+        if problem is not None:
+            found.append(f"field {name!r} {problem} (got {_short(event[name])})")
+
+
+def _short(value: Any) -> str:
+    text = orjson.dumps(value, default=repr).decode()
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _object_schema(fields: Mapping[str, FieldType], required: list[str]) -> dict[str, Any]:
+    return {
+        "required": required,
+        "properties": {name: dict(ftype.schema) for name, ftype in fields.items()},
+    }
+
+
+def json_schema() -> dict[str, Any]:
+    """The format as a JSON Schema (draft 2020-12) describing one line of a trace file."""
+    branches = []
+    for name, kind in EVENTS.items():
+        then = _object_schema({**kind.required, **kind.optional}, list(kind.required))
+        then["description"] = kind.doc
+        branches.append({"if": {"properties": {"event": {"const": name}}}, "then": then})
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://otel-rollout.dev/schema/rollout-trace-v1.json",
+        "title": f"otel-rollout trace event (schema {SCHEMA_VERSION})",
+        "description": "One line of rollout_trace.jsonl. Unknown fields are allowed and kept.",
+        "type": "object",
+        **_object_schema(COMMON_FIELDS, list(COMMON_FIELDS)),
+        "additionalProperties": True,
+        "allOf": branches,
+    }
+
+
+def shipped_json_schema() -> dict[str, Any]:
+    """The JSON Schema file installed with the package."""
+    text = resources.files("otel_rollout").joinpath("schema.json").read_bytes()
+    return orjson.loads(text)
+
+
+def json_schema_text() -> bytes:
+    """:func:`json_schema` as the bytes of the shipped file."""
+    return orjson.dumps(json_schema(), option=orjson.OPT_INDENT_2) + b"\n"

@@ -1,0 +1,49 @@
+"""A simulated asynchronous GRPO run that drives the real otel-rollout API.
+
+It is the demo, a source of realistic trace files for tests and benchmarks,
+and a worked example of what a real controller must emit and when.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..trace import ROLLOUT_TRACE_FILENAME, RolloutTrace
+from ._controller import Controller, SimConfig, SimStatus
+
+__all__ = ["SimConfig", "SimResult", "SimStatus", "simulate"]
+
+
+@dataclass
+class SimResult:
+    """Where the run wrote its trace and the batch age it logged live, per step."""
+
+    trace_path: Path
+    run_id: str
+    live_batch_age: dict[int, float]
+    status: SimStatus
+
+
+def simulate(
+    log_dir: Path,
+    config: SimConfig | None = None,
+    *,
+    on_progress: Callable[[SimStatus], None] | None = None,
+) -> SimResult:
+    """Run one simulated training run, appending to ``log_dir/rollout_trace.jsonl``."""
+    config = config or SimConfig()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    trace = RolloutTrace(
+        log_dir / ROLLOUT_TRACE_FILENAME,
+        config_fields={"simulated": True, "steps": config.steps, "seed": config.seed},
+    )
+    try:
+        controller = Controller(trace, config, log_dir, on_progress)
+        status = asyncio.run(controller.run())
+    finally:
+        trace.close()
+    assert trace.path is not None and trace.run_id is not None
+    return SimResult(trace.path, trace.run_id, dict(status.live_batch_age), status)

@@ -1,0 +1,206 @@
+"""A per-rollout event log for checking what a stop and restore cost.
+
+The controller calls :meth:`RolloutTrace.emit` for every rollout event; a
+background thread appends one JSON line per event to ``rollout_trace.jsonl``.
+Every line carries the wall-clock time ``t`` and a ``run_id`` that is new
+for each process, so runs that resume into the same log directory stay apart.
+
+This module mirrors the reference API: a program written against it runs
+unchanged with ``from otel_rollout import trace``.  Run it on a file
+(``python -m otel_rollout.trace FILE``) to print each step's batch age.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from . import config
+from ._pipeline import Pipeline, PipelineStats
+from .batch_age import (
+    BATCH_AGE_TOKENS_METRIC,
+    BATCH_AGE_VERSION_SUM_METRIC,
+    RefitCuts,
+    batch_age_by_step,
+    batch_age_group_metrics,
+    pop_batch_age,
+    tokens_by_version,
+)
+from .exporters import EventExporter, JsonlExporter
+from .reader import read_events
+from .schema import SCHEMA_VERSION
+
+__all__ = [
+    "BATCH_AGE_TOKENS_METRIC",
+    "BATCH_AGE_VERSION_SUM_METRIC",
+    "ROLLOUT_TRACE_FILENAME",
+    "RefitCuts",
+    "RolloutTrace",
+    "batch_age_by_step",
+    "batch_age_group_metrics",
+    "main",
+    "new_run_id",
+    "pop_batch_age",
+    "read_events",
+    "tokens_by_version",
+]
+
+ROLLOUT_TRACE_FILENAME = "rollout_trace.jsonl"
+
+
+def new_run_id() -> str:
+    """A run ID unique across processes, hosts and time."""
+    return uuid.uuid4().hex
+
+
+def _noop(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+class RolloutTrace:
+    """Append rollout events to a JSONL file off the caller's thread, or drop them.
+
+    ``RolloutTrace(path)`` opens ``path`` for appending (a directory gets
+    ``rollout_trace.jsonl`` inside it) and writes a ``run.start`` line;
+    ``RolloutTrace(None)`` makes every call a no-op.  ``capacity`` bounds the
+    events waiting to be written (``OTEL_ROLLOUT_QUEUE_SIZE``); past it, events
+    are dropped, counted and reported in the file as ``trace.dropped``.
+    ``exporters`` receive every event too, on the same background thread.
+    """
+
+    def __init__(
+        self,
+        path: Path | str | None,
+        *,
+        capacity: int | None = None,
+        exporters: tuple[EventExporter, ...] | list[EventExporter] = (),
+        config_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.path: Path | None = None
+        self.run_id: str | None = None
+        self._pipeline: Pipeline | None = None
+        self._closed = False
+        if path is None:
+            self.emit = _noop  # type: ignore[method-assign]
+            return
+        path = Path(path)
+        if path.is_dir():
+            path = path / ROLLOUT_TRACE_FILENAME
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.run_id = new_run_id()
+        self._pipeline = Pipeline(
+            self.run_id,
+            [JsonlExporter(path), *exporters],
+            capacity=config.QUEUE_SIZE.resolve(capacity),
+            max_batch=config.MAX_BATCH.resolve(),
+        )
+        self._config_fields = config_fields
+        self.emit = self._pipeline.make_emit()  # type: ignore[method-assign]
+        self._submit_run_start()
+        _live.add(self)
+
+    def _submit_run_start(self, **extra: Any) -> None:
+        assert self._pipeline is not None
+        fields: dict[str, Any] = {
+            "schema": SCHEMA_VERSION,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "argv": list(sys.argv),
+            **extra,
+        }
+        if self._config_fields:
+            fields["config"] = self._config_fields
+        self._pipeline.submit(time.time(), "run.start", fields)
+
+    @property
+    def enabled(self) -> bool:
+        """True when events are written to a file."""
+        return self._pipeline is not None
+
+    @property
+    def stats(self) -> PipelineStats:
+        """Events written and dropped so far (call :meth:`flush` first for exact numbers)."""
+        return self._pipeline.stats if self._pipeline is not None else PipelineStats()
+
+    def emit(self, event: str, /, **fields: Any) -> None:
+        """Queue one event, stamped with the current wall-clock time.
+
+        Never blocks on I/O and never raises; after :meth:`close` it does nothing.
+        """
+        # Replaced per instance by the pipeline's closure (or a no-op); this body
+        # only runs when called through the class, e.g. RolloutTrace.emit(trace, ...).
+        self.emit(event, **fields)
+
+    def flush(self) -> None:
+        """Wait until every event queued before this call has been written."""
+        if self._pipeline is not None:
+            self._pipeline.flush()
+
+    def close(self) -> None:
+        """Write every queued event, then stop the writer and close the file.
+
+        Idempotent; also called at interpreter exit for traces left open.
+        """
+        if self._pipeline is None or self._closed:
+            return
+        self._closed = True
+        self.emit = _noop  # type: ignore[method-assign]
+        _live.discard(self)
+        self._pipeline.close(config.CLOSE_TIMEOUT.resolve())
+
+    def __enter__(self) -> RolloutTrace:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "disabled" if self.path is None else ("closed" if self._closed else "open")
+        return f"<RolloutTrace {state} path={str(self.path)!r} run_id={self.run_id!r}>"
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child is a new run: a new run_id, its own writer, none of the parent's queue."""
+        if self._pipeline is None or self._closed:
+            return
+        parent = self.run_id
+        self.run_id = new_run_id()
+        self._pipeline.restart_in_child(self.run_id)
+        self.emit = self._pipeline.make_emit()  # type: ignore[method-assign]
+        self._submit_run_start(parent_run_id=parent)
+
+
+#: Open traces, held until closed so that interpreter exit can write what they queued.
+_live: set[RolloutTrace] = set()
+
+
+def _close_all() -> None:
+    for trace in list(_live):
+        trace.close()
+
+
+def _after_fork() -> None:
+    for trace in list(_live):
+        trace._after_fork_in_child()
+
+
+atexit.register(_close_all)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print each step's batch age: ``python -m otel_rollout.trace FILE``."""
+    from .cli import run_reference_main
+
+    raise SystemExit(run_reference_main(argv))
+
+
+if __name__ == "__main__":
+    main()
