@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import logging
 import os
+import zlib
 from collections.abc import Callable, Collection, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -80,8 +81,9 @@ class EventReader:
         decode_error = orjson.JSONDecodeError
         wanted = _prefilter(self.kinds)
         lineno = 0
-        with _open(self.path) as (stream, position):
-            lines: Iterable[bytes] = stream
+        with _open(self.path) as (stream, position, compressed):
+            broken: list[str] = []
+            lines: Iterable[bytes] = _guarded(stream, broken) if compressed else stream
             if self._progress is not None:
                 lines = _reporting(stream, position, self._progress, _size(self.path))
             for lineno, line in enumerate(lines, 1):
@@ -109,6 +111,9 @@ class EventReader:
                 if wanted is not None and event.get("event") not in self.kinds:  # type: ignore[operator]
                     continue
                 yield (lineno, event) if numbered else event
+            if broken:
+                lineno += 1
+                self._skip(lineno, b"", f"compressed data ends early or is corrupt: {broken[0]}")
         self.lines = lineno
         if self._on_skip is None and self.skipped > MAX_WARNINGS:
             _log.warning(
@@ -153,14 +158,22 @@ class _open:
     def __init__(self, path: Path) -> None:
         self._raw: IO[bytes] = open(path, "rb")  # noqa: SIM115 - closed in __exit__
 
-    def __enter__(self) -> tuple[IO[bytes], Callable[[], int]]:
+    def __enter__(self) -> tuple[IO[bytes], Callable[[], int], bool]:
         raw = self._raw
         if raw.peek(2)[:2] == _GZIP_MAGIC:  # type: ignore[attr-defined]
-            return gzip.GzipFile(fileobj=raw), raw.tell
-        return raw, raw.tell
+            return gzip.GzipFile(fileobj=raw), raw.tell, True
+        return raw, raw.tell, False
 
     def __exit__(self, *exc: object) -> None:
         self._raw.close()
+
+
+def _guarded(stream: IO[bytes], broken: list[str]) -> Iterator[bytes]:
+    """Lines of a compressed stream; a truncated or corrupt end is noted in ``broken``."""
+    try:
+        yield from stream
+    except (EOFError, OSError, zlib.error) as exc:
+        broken.append(str(exc) or type(exc).__name__)
 
 
 def _size(path: Path) -> int:

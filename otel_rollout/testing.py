@@ -1,0 +1,189 @@
+"""Helpers for testing code that uses otel-rollout (and for testing otel-rollout itself).
+
+* :class:`InMemoryExporter` collects every event the pipeline exports.
+* :class:`TraceBuilder` writes small, exact trace files for analyses to read.
+* :func:`synthetic_trace` writes a large, realistic one quickly (benchmarks).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .schema import SCHEMA_VERSION
+
+__all__ = ["InMemoryExporter", "TraceBuilder", "synthetic_trace"]
+
+
+class InMemoryExporter:
+    """An exporter that keeps every event it is given, for assertions."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.batches = 0
+        self.shut_down = False
+        self._lock = threading.Lock()
+
+    def export(self, events: Sequence[dict[str, Any]]) -> int:
+        with self._lock:
+            self.events.extend(dict(e) for e in events)
+            self.batches += 1
+        return 0
+
+    def shutdown(self) -> None:
+        self.shut_down = True
+
+    def kinds(self) -> list[str]:
+        """The event names, in order."""
+        with self._lock:
+            return [e["event"] for e in self.events]
+
+
+class TraceBuilder:
+    """Builds trace events by hand, with increasing timestamps, then writes them as JSONL.
+
+    >>> b = TraceBuilder()
+    >>> b.sealed_group("g1", {3: 100, 4: 200})
+    >>> b.step(0, trained_version=5, group_ids=["g1"])
+    >>> b.write(tmp_path / "rollout_trace.jsonl")  # doctest: +SKIP
+    """
+
+    def __init__(self, run_id: str = "run-1", t0: float = 1_700_000_000.0, dt: float = 0.01):
+        self.events: list[dict[str, Any]] = []
+        self.run_id = run_id
+        self.t = t0
+        self.dt = dt
+        self._prompts = itertools.count()
+        self.event("run.start", schema=SCHEMA_VERSION, pid=1, host="test")
+
+    def new_run(self, run_id: str, gap: float = 1.0) -> TraceBuilder:
+        """Continue as a new process (a resumed run) after ``gap`` seconds of downtime."""
+        self.run_id = run_id
+        self.t += gap
+        self.event("run.start", schema=SCHEMA_VERSION, pid=2, host="test")
+        return self
+
+    def event(self, kind: str, **fields: Any) -> dict[str, Any]:
+        """Append one event of any kind and return it."""
+        self.t += self.dt
+        event = {"t": round(self.t, 6), "run_id": self.run_id, "event": kind, **fields}
+        self.events.append(event)
+        return event
+
+    def sealed_group(
+        self,
+        group_id: str,
+        counts: dict[int, int] | None,
+        *,
+        prompt_id: int | None = None,
+        weight_version: int | None = None,
+    ) -> None:
+        """Reserve, admit and seal a group whose tokens split by version as ``counts``."""
+        prompt = next(self._prompts) if prompt_id is None else prompt_id
+        version = min(counts) if counts else (weight_version or 0)
+        ids = {"group_id": group_id, "prompt_id": prompt}
+        self.event("group.reserve", **ids, size=1, weight_version=weight_version or version)
+        self.event("group.admit", **ids)
+        seal: dict[str, Any] = {**ids, "tokens": sum(counts.values()) if counts else 0}
+        if counts is not None:
+            seal["tokens_by_version"] = {str(v): n for v, n in counts.items()}
+        self.event("group.seal", **seal)
+
+    def step(self, step: int, trained_version: int, group_ids: list[str], **fields: Any) -> None:
+        """A train.step over ``group_ids``."""
+        self.event(
+            "train.step", step=step, trained_version=trained_version, group_ids=group_ids, **fields
+        )
+
+    def lines(self) -> bytes:
+        """The events as the bytes of a trace file."""
+        return b"".join(orjson.dumps(e, option=orjson.OPT_APPEND_NEWLINE) for e in self.events)
+
+    def write(self, path: Path) -> Path:
+        """Write the events to ``path`` (replacing it) and return the path."""
+        path.write_bytes(self.lines())
+        return path
+
+
+def synthetic_trace(
+    path: Path,
+    lines: int,
+    *,
+    group_size: int = 8,
+    groups_per_step: int = 4,
+    runs: int = 1,
+    seed: int = 0,
+) -> Path:
+    """Write a realistic trace of about ``lines`` lines: groups of attempts with multi-turn
+    calls, refits that cut running calls, steps and checkpoints; ``runs`` processes in turn."""
+    rng = random.Random(seed)
+    out = bytearray()
+    dumps = orjson.dumps
+    option = orjson.OPT_APPEND_NEWLINE
+    t = 1_700_000_000.0
+    written = 0
+    lines_per_run = lines // runs
+    step = 0
+    with open(path, "wb") as f:
+        for run in range(runs):
+            run_id = f"{run:08x}" + "0" * 24
+            version = step
+            if run:
+                step = max(0, step - 3)  # resumed runs retrain a few steps
+                version = step
+            run_end = written + lines_per_run
+
+            def emit(kind: str, **fields: Any) -> None:
+                nonlocal t, written
+                t += 0.0005
+                out.extend(
+                    dumps({"t": t, "run_id": run_id, "event": kind, **fields}, option=option)
+                )
+                written += 1
+
+            emit("run.start", schema=SCHEMA_VERSION, pid=1000 + run, host="bench")
+            g = 0
+            while written < run_end:
+                group_ids = []
+                for _ in range(groups_per_step):
+                    gid = f"{run_id[:8]}-g{g}"
+                    g += 1
+                    group_ids.append(gid)
+                    prompt = rng.randrange(100_000)
+                    ids = {"group_id": gid, "prompt_id": prompt}
+                    emit("group.reserve", **ids, size=group_size, weight_version=version, epoch=0)
+                    emit("group.admit", **ids)
+                    counts: dict[int, int] = {}
+                    total = 0
+                    for i in range(group_size):
+                        aid = f"{gid}-a{i}"
+                        a_ids = {**ids, "attempt_id": aid, "generation_index": i}
+                        emit("attempt.dispatch", **a_ids, weight_version=version, epoch=0)
+                        n = rng.randrange(50, 800)
+                        calls = [[f"{aid}-c0", version, n]]
+                        emit("attempt.seal", **a_ids, tokens=n, calls=calls)
+                        lag = rng.choice((0, 0, 1, 1, 2))
+                        counts[version - min(lag, version)] = (
+                            counts.get(version - min(lag, version), 0) + n
+                        )
+                        total += n
+                    tbv = {str(v): c for v, c in sorted(counts.items())}
+                    emit("group.seal", **ids, tokens=total, tokens_by_version=tbv)
+                emit("train.step", step=step, trained_version=version, group_ids=group_ids)
+                cuts = [[f"c{rng.randrange(10**6)}", rng.randrange(500)] for _ in range(4)]
+                emit("weights.sync", replaced_version=version, new_version=version + 1, cuts=cuts)
+                version += 1
+                step += 1
+                if step % 50 == 0:
+                    emit("checkpoint.publish", step=step - 1, weight_version=version)
+                if len(out) > 1 << 22:
+                    f.write(out)
+                    out.clear()
+        f.write(out)
+    return path

@@ -1,0 +1,272 @@
+"""The batch-age arithmetic (SPEC §5), checked against a per-token model of the same rules."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from otel_rollout.batch_age import (
+    BATCH_AGE_TOKENS_METRIC,
+    BATCH_AGE_VERSION_SUM_METRIC,
+    RefitCuts,
+    batch_age_by_step,
+    batch_age_group_metrics,
+    call_tokens_by_version,
+    pop_batch_age,
+    step_ages,
+    tokens_by_version,
+)
+from otel_rollout.testing import TraceBuilder
+
+
+def per_token_counts(began: int, n: int, cuts: list[tuple[int, int]]) -> dict[int, int]:
+    """The spec read literally: token i belongs to the version installed by the last cut at ≤ i."""
+    clamped, previous = [], 0
+    for at, version in cuts:
+        previous = min(max(at, previous), n)
+        clamped.append((previous, version))
+    counts: dict[int, int] = {}
+    for i in range(n):
+        version = began
+        for at, new in clamped:
+            if i >= at:
+                version = new
+        counts[version] = counts.get(version, 0) + 1
+    return counts
+
+
+class TestCallTokensByVersion:
+    def test_worked_example(self):
+        """Call A of SPEC §5: began on v3, cut at 100 by 3→4, 250 tokens → {3: 100, 4: 150}."""
+        assert call_tokens_by_version(3, 250, [(100, 4)]) == {3: 100, 4: 150}
+
+    def test_zero_token_pieces_are_left_out(self):
+        """A cut at 0 tokens gives the began version nothing, not a 0 entry."""
+        assert call_tokens_by_version(1, 10, [(0, 2)]) == {2: 10}
+
+    def test_cuts_are_clamped_into_range(self):
+        """A cut past the end, or before the previous cut, is clamped."""
+        assert call_tokens_by_version(0, 10, [(6, 1), (3, 2), (99, 3)]) == {0: 6, 2: 4}
+
+    @given(
+        began=st.integers(0, 20),
+        n=st.integers(0, 60),
+        cuts=st.lists(st.tuples(st.integers(-5, 80), st.integers(0, 40)), max_size=6),
+    )
+    def test_matches_per_token_model(self, began, n, cuts):
+        """Any cuts, in any order and range, split tokens exactly as the per-token model does."""
+        assert call_tokens_by_version(began, n, cuts) == per_token_counts(began, n, cuts)
+
+    @given(
+        began=st.integers(0, 9),
+        n=st.integers(0, 60),
+        cuts=st.lists(st.tuples(st.integers(0, 80), st.integers(0, 40)), max_size=6),
+    )
+    def test_conserves_tokens(self, began, n, cuts):
+        """Splitting never creates or loses a token."""
+        assert sum(call_tokens_by_version(began, n, cuts).values()) == n
+
+
+# A run of an engine: calls start, generate tokens one at a time, refits cut every running call.
+_action = st.one_of(
+    st.just(("start",)),
+    st.tuples(st.just("token"), st.integers(0, 7)),
+    st.tuples(st.just("refit"), st.integers(1, 3)),  # version jumps of 1..3
+    st.tuples(st.just("finish"), st.integers(0, 7)),
+)
+
+
+def run_engine(actions):
+    """Play ``actions``; return per-call (began, tokens), the refits, and per-token truth."""
+    version, running, calls, refits, truth = 0, [], {}, [], {}
+    for action in actions:
+        if action[0] == "start":
+            cid = f"c{len(calls)}"
+            calls[cid] = [version, 0]
+            truth[cid] = {}
+            running.append(cid)
+        elif action[0] == "token" and running:
+            cid = running[action[1] % len(running)]
+            calls[cid][1] += 1
+            truth[cid][version] = truth[cid].get(version, 0) + 1
+        elif action[0] == "refit":
+            new = version + action[1]
+            refits.append((version, new, [(cid, calls[cid][1]) for cid in running]))
+            version = new
+        elif action[0] == "finish" and running:
+            running.pop(action[1] % len(running))
+    return calls, refits, truth
+
+
+class TestRefitCuts:
+    @settings(max_examples=300)
+    @given(actions=st.lists(_action, max_size=80), groups=st.integers(1, 4))
+    def test_groups_match_per_token_truth(self, actions, groups):
+        """Each group's counts equal the versions its calls' tokens were really generated on."""
+        calls, refits, truth = run_engine(actions)
+        cuts = RefitCuts()
+        for replaced, new, paused in refits:
+            cuts.record(replaced, new, paused)
+        ids = sorted(calls)
+        for g in range(groups):
+            member = ids[g::groups]
+            got = cuts.tokens_by_version([(c, calls[c][0], calls[c][1]) for c in member])
+            want: dict[int, int] = {}
+            for c in member:
+                for v, n in truth[c].items():
+                    want[v] = want.get(v, 0) + n
+            assert got == want
+        assert len(cuts) == 0
+
+    def test_multi_turn_attempt_sums_its_calls(self):
+        """An attempt of three calls, one cut twice, sums all its calls' pieces."""
+        cuts = RefitCuts()
+        cuts.record(3, 4, [("t1", 100)])
+        cuts.record(4, 6, [("t1", 180), ("t2", 20)])
+        got = cuts.tokens_by_version([("t1", 3, 250), ("t2", 4, 50), ("t3", 6, 30)])
+        assert got == {3: 100, 4: 80 + 20, 6: 70 + 30 + 30}
+
+    def test_tokens_by_version_forgets_the_calls(self):
+        """A call's cuts are used once: asking again counts it under its began version."""
+        cuts = RefitCuts()
+        cuts.record(0, 1, [("c", 5)])
+        assert cuts.tokens_by_version([("c", 0, 10)]) == {0: 5, 1: 5}
+        assert cuts.tokens_by_version([("c", 0, 10)]) == {0: 10}
+
+    @given(
+        first_replaced=st.lists(st.integers(0, 10), min_size=1, max_size=8),
+        oldest=st.integers(0, 12),
+    )
+    def test_forget_before_drops_exactly_the_untrainable(self, first_replaced, oldest):
+        """forget_before(o) drops the calls whose first refit replaced a version below o."""
+        cuts = RefitCuts()
+        for i, r in enumerate(first_replaced):
+            cuts.record(r, r + 1, [(f"c{i}", 1)])
+            cuts.record(r + 1, r + 2, [(f"c{i}", 2)])  # a later refit must not matter
+        cuts.forget_before(oldest)
+        kept = {f"c{i}" for i, r in enumerate(first_replaced) if r >= oldest}
+        assert len(cuts) == len(kept)
+        for i, r in enumerate(first_replaced):
+            got = cuts.tokens_by_version([(f"c{i}", r, 3)])
+            assert got == ({r: 1, r + 1: 1, r + 2: 1} if f"c{i}" in kept else {r: 3})
+
+
+class TestPopBatchAge:
+    def test_worked_example(self):
+        """SPEC §5: counts {3: 100, 4: 200} trained at T=5 give 5 − 1100/300."""
+        metrics = {
+            "reward": [0.5],
+            **{k: [v] for k, v in batch_age_group_metrics({3: 100, 4: 200}).items()},
+        }
+        assert pop_batch_age(metrics, 5) == 5 - 1100 / 300
+        assert metrics == {"reward": [0.5]}
+
+    def test_no_tokens_is_none_and_keys_are_removed(self):
+        """A step whose groups have no tokens has no batch age (None, not 0)."""
+        metrics = {BATCH_AGE_TOKENS_METRIC: [0, 0], BATCH_AGE_VERSION_SUM_METRIC: [0, 0]}
+        assert pop_batch_age(metrics, 3) is None
+        assert metrics == {}
+
+    def test_missing_keys_is_none(self):
+        """Without token capture there is nothing to pop."""
+        assert pop_batch_age({"reward": [1.0]}, 3) is None
+
+
+_counts = st.dictionaries(st.integers(0, 30), st.integers(1, 10_000), max_size=5)
+
+
+class TestBatchAgeByStep:
+    def test_worked_example_from_a_file(self, tmp_path):
+        """The worked example, written as events and read back."""
+        b = TraceBuilder()
+        b.sealed_group("g", {3: 100, 4: 200})
+        b.step(0, 5, ["g"])
+        assert batch_age_by_step(b.events) == {0: pytest.approx(5 - 1100 / 300, abs=0)}
+
+    def test_groups_without_counts_are_absent_not_zero(self):
+        """A step whose groups carry no tokens_by_version has no entry."""
+        b = TraceBuilder()
+        b.sealed_group("g1", None)
+        b.sealed_group("g2", {1: 10})
+        b.step(0, 1, ["g1"])
+        b.step(1, 2, ["g1", "g2"])
+        assert batch_age_by_step(b.events) == {1: 1.0}
+
+    def test_latest_seal_wins(self):
+        """A group sealed twice counts with its latest seal."""
+        b = TraceBuilder()
+        b.sealed_group("g", {0: 10})
+        b.sealed_group("g", {2: 10})
+        b.step(0, 3, ["g"])
+        assert batch_age_by_step(b.events) == {0: 1.0}
+
+    def test_tokens_by_version_reads_seals(self):
+        """tokens_by_version(events) returns every sealed group's counts with int versions."""
+        b = TraceBuilder()
+        b.sealed_group("a", {3: 100, 4: 200})
+        b.sealed_group("b", None)
+        assert tokens_by_version(b.events) == {"a": {3: 100, 4: 200}}
+
+    def test_malformed_step_is_reported_not_raised(self):
+        """A train.step with a missing field goes to on_malformed; the rest still count."""
+        b = TraceBuilder()
+        b.sealed_group("g", {0: 10})
+        b.event("train.step", step=0, group_ids=["g"])
+        b.step(1, 1, ["g"])
+        seen = []
+        assert batch_age_by_step(b.events, on_malformed=lambda e, why: seen.append(why)) == {1: 1.0}
+        assert seen == ["missing field 'trained_version'"]
+
+    @settings(max_examples=200)
+    @given(
+        groups=st.lists(st.one_of(st.none(), _counts), min_size=1, max_size=8),
+        steps=st.lists(
+            st.tuples(
+                st.integers(0, 5), st.integers(0, 40), st.lists(st.integers(0, 7), max_size=4)
+            ),
+            min_size=1,
+            max_size=10,
+        ),
+    )
+    def test_live_equals_offline_equals_per_token_mean(self, groups, steps):
+        """For random groups and steps (some trained again by a 'resumed run'), the live path
+        (pop_batch_age) and the file path agree exactly, and both equal the mean token age."""
+        b = TraceBuilder()
+        for i, counts in enumerate(groups):
+            b.sealed_group(f"g{i}", counts)
+        live: dict[int, float] = {}
+        for n, (step, trained, members) in enumerate(steps):
+            if n == len(steps) // 2:
+                b.new_run("run-2")
+            ids = [f"g{m % len(groups)}" for m in members]
+            per_group: dict[str, list] = {}
+            for gid in ids:
+                counts = groups[int(gid[1:])]
+                if counts:
+                    for k, v in batch_age_group_metrics(counts).items():
+                        per_group.setdefault(k, []).append(v)
+            age = pop_batch_age(per_group, trained)
+            b.step(step, trained, ids, batch_age=age)
+            if age is None:
+                live.pop(step, None)
+            else:
+                live[step] = age
+            tokens = [
+                (trained - v, n) for gid in ids for v, n in (groups[int(gid[1:])] or {}).items()
+            ]
+            if sum(n for _, n in tokens):
+                mean = Fraction(sum(a * n for a, n in tokens), sum(n for _, n in tokens))
+                assert age == pytest.approx(float(mean), rel=1e-12, abs=1e-12)
+        assert batch_age_by_step(b.events) == live
+
+    def test_step_ages_token_shares(self):
+        """The age buckets hold each age's share, with 3 and older together."""
+        b = TraceBuilder()
+        b.sealed_group("g", {10: 50, 9: 25, 5: 20, 2: 5})
+        b.step(0, 10, ["g"])
+        (row,) = step_ages(b.events)
+        assert [row.share(a) for a in (0, 1, 2, 3)] == [0.5, 0.25, 0.0, 0.25]
+        assert row.tokens == 100 and row.groups == 1

@@ -1,0 +1,141 @@
+"""read_events / EventReader: file order, damaged lines, gzip and the kind pre-filter."""
+
+from __future__ import annotations
+
+import gzip
+import logging
+
+import orjson
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from otel_rollout.reader import MAX_WARNINGS, EventReader, read_events
+from otel_rollout.testing import TraceBuilder
+
+KINDS = ["group.seal", "train.step", "attempt.seal", "weights.sync", "x.y"]
+
+
+def sample() -> TraceBuilder:
+    b = TraceBuilder()
+    b.sealed_group("g1", {0: 5})
+    b.step(0, 1, ["g1"])
+    return b
+
+
+class TestReadEvents:
+    def test_yields_events_in_file_order(self, tmp_path):
+        """Every line comes back as the dict that was written, in order."""
+        b = sample()
+        assert list(read_events(b.write(tmp_path / "t.jsonl"))) == b.events
+
+    def test_torn_last_line_is_skipped_with_its_line_number(self, tmp_path, caplog):
+        """A killed writer's half line is skipped, counted and named in a warning."""
+        b = sample()
+        path = tmp_path / "t.jsonl"
+        path.write_bytes(b.lines() + b'{"t": 1, "run_id": "r", "ev')
+        reader = EventReader(path)
+        assert list(reader) == b.events
+        assert reader.skipped == 1 and reader.lines == len(b.events) + 1
+        assert f"{path}:{len(b.events) + 1}: torn last line" in caplog.text
+
+    def test_invalid_lines_anywhere_are_skipped_and_counted(self, tmp_path):
+        """Garbage, JSON that is not an object and blank lines never stop the reader."""
+        path = tmp_path / "t.jsonl"
+        path.write_bytes(b'{"event":"a"}\nnot json\n[1,2]\n\n{"event":"b"}\n\xff\xfe\n')
+        seen = []
+        reader = EventReader(path, on_skip=lambda n, why: seen.append(n))
+        assert [e["event"] for e in reader] == ["a", "b"]
+        assert seen == [2, 3, 6] and reader.skipped == 3
+
+    def test_warnings_are_capped_then_summed_up(self, tmp_path, caplog):
+        """A file of garbage logs a few line warnings and one summary, not one per line."""
+        path = tmp_path / "t.jsonl"
+        path.write_bytes(b"bad\n" * 1000)
+        with caplog.at_level(logging.WARNING, logger="otel_rollout"):
+            assert list(read_events(path)) == []
+        assert len(caplog.records) == MAX_WARNINGS + 1
+        assert "(1000 in all)" in caplog.records[-1].getMessage()
+
+    def test_gzip_is_read_by_content_not_name(self, tmp_path):
+        """A gzipped trace reads the same, whatever it is called."""
+        b = sample()
+        path = tmp_path / "trace.data"
+        path.write_bytes(gzip.compress(b.lines()))
+        assert list(read_events(path)) == b.events
+
+    def test_bom_and_crlf(self, tmp_path):
+        """A byte-order mark and Windows line ends do not cost any event."""
+        b = sample()
+        path = tmp_path / "t.jsonl"
+        path.write_bytes(b"\xef\xbb\xbf" + b.lines().replace(b"\n", b"\r\n"))
+        assert list(read_events(path)) == b.events
+
+    def test_unknown_fields_are_kept(self, tmp_path):
+        """Fields the schema does not know survive reading."""
+        path = tmp_path / "t.jsonl"
+        path.write_bytes(b'{"t":1,"run_id":"r","event":"x","future":{"a":[1]}}\n')
+        assert next(read_events(path))["future"] == {"a": [1]}
+
+    def test_numbered_gives_line_numbers(self, tmp_path):
+        """numbered() pairs each event with its 1-based line number."""
+        path = tmp_path / "t.jsonl"
+        path.write_bytes(b'{"event":"a"}\nbad\n{"event":"b"}\n')
+        reader = EventReader(path, on_skip=lambda *a: None)
+        assert [(n, e["event"]) for n, e in reader.numbered()] == [(1, "a"), (3, "b")]
+
+    def test_first_line_tells_a_trace_from_other_files(self, tmp_path):
+        """first_line_is_event is False for random bytes, True for a trace, even filtered."""
+        junk, trace = tmp_path / "junk", sample().write(tmp_path / "t.jsonl")
+        junk.write_bytes(b"\x00\x01garbage\nmore\n")
+        r1 = EventReader(junk, kinds={"train.step"}, on_skip=lambda *a: None)
+        r2 = EventReader(trace, kinds={"train.step"})
+        list(r1), list(r2)
+        assert r1.first_line_is_event is False and r2.first_line_is_event is True
+
+    def test_progress_reports_reach_the_total(self, tmp_path):
+        """The progress callback ends with done == total bytes."""
+        path = sample().write(tmp_path / "t.jsonl")
+        calls = []
+        list(EventReader(path, progress=lambda d, t: calls.append((d, t))))
+        assert calls[-1] == (path.stat().st_size, path.stat().st_size)
+
+
+_event = st.fixed_dictionaries(
+    {"event": st.sampled_from(KINDS)},
+    optional={
+        "t": st.floats(0, 2e9),
+        "note": st.text(max_size=20),
+        "value": st.sampled_from(
+            KINDS
+        ),  # a kind's name as a value: the pre-filter must not be fooled
+    },
+)
+
+
+class TestKindFilter:
+    @settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(
+        events=st.lists(_event, max_size=30),
+        kinds=st.sets(st.sampled_from(KINDS), max_size=3),
+        junk=st.lists(st.binary(max_size=30), max_size=5),
+    )
+    def test_filtered_read_equals_read_then_filter(self, tmp_path, events, kinds, junk):
+        """Reading with kinds= yields exactly the unfiltered events of those kinds."""
+        body = b"".join(orjson.dumps(e) + b"\n" for e in events)
+        body += b"".join(j.replace(b"\n", b"") + b"\n" for j in junk)
+        path = tmp_path / "t.jsonl"
+        path.write_bytes(body)
+        everything = list(EventReader(path, on_skip=lambda *a: None))
+        filtered = list(EventReader(path, kinds=kinds, on_skip=lambda *a: None))
+        assert filtered == [e for e in everything if e.get("event") in kinds]
+
+    @settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(data=st.binary(max_size=400))
+    def test_any_bytes_never_raise(self, tmp_path, data):
+        """Arbitrary bytes are events or counted skips, never an exception."""
+        path = tmp_path / "t.jsonl"
+        path.write_bytes(data)
+        reader = EventReader(path, on_skip=lambda *a: None)
+        events = list(reader)
+        assert all(isinstance(e, dict) for e in events)
+        assert reader.skipped <= reader.lines

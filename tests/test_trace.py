@@ -1,0 +1,295 @@
+"""RolloutTrace: the caller's side, the background writer, and what reaches the file."""
+
+from __future__ import annotations
+
+import enum
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+from otel_rollout import trace as trace_module
+from otel_rollout.testing import InMemoryExporter
+from otel_rollout.trace import ROLLOUT_TRACE_FILENAME, RolloutTrace, read_events
+
+
+def lines(path: Path) -> list[dict]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines()]
+
+
+class Color(enum.Enum):
+    RED = "red"
+
+
+class BlockingExporter:
+    """Holds the writer thread inside export until released, so the queue fills for real."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def export(self, events):
+        self.entered.set()
+        self.release.wait(10)
+        return 0
+
+    def shutdown(self):
+        self.release.set()
+
+
+class TestOpening:
+    def test_run_start_is_the_first_line(self, tmp_path):
+        """Opening writes run.start with schema 1, pid and host under a fresh run_id."""
+        with RolloutTrace(tmp_path / "t.jsonl") as tr:
+            pass
+        (first,) = lines(tmp_path / "t.jsonl")
+        assert first["event"] == "run.start" and first["schema"] == 1
+        assert first["pid"] == os.getpid() and first["host"] and first["run_id"] == tr.run_id
+
+    def test_directory_gets_the_standard_file_name(self, tmp_path):
+        """A directory path writes rollout_trace.jsonl inside it."""
+        with RolloutTrace(tmp_path) as tr:
+            assert tr.path == tmp_path / ROLLOUT_TRACE_FILENAME
+        assert (tmp_path / ROLLOUT_TRACE_FILENAME).exists()
+
+    def test_missing_parents_are_created(self, tmp_path):
+        """The log directory is created if it does not exist yet."""
+        with RolloutTrace(tmp_path / "a" / "b" / "t.jsonl"):
+            pass
+        assert (tmp_path / "a" / "b" / "t.jsonl").exists()
+
+    def test_appends_and_run_ids_differ(self, tmp_path):
+        """Two traces on one file append, each under its own run_id."""
+        path = tmp_path / "t.jsonl"
+        for _ in range(2):
+            with RolloutTrace(path) as tr:
+                tr.emit("x")
+        ids = [e["run_id"] for e in lines(path)]
+        assert len(ids) == 4 and ids[0] == ids[1] != ids[2] == ids[3]
+
+    def test_unwritable_path_is_a_clear_error(self, tmp_path):
+        """A path that cannot be opened raises at construction, not later in emit."""
+        (tmp_path / "file").write_text("")
+        with pytest.raises(OSError):
+            RolloutTrace(tmp_path / "file" / "t.jsonl")
+
+
+class TestDisabled:
+    def test_none_is_a_no_op(self, tmp_path):
+        """RolloutTrace(None) writes nothing and every call returns None."""
+        tr = RolloutTrace(None)
+        assert not tr.enabled and tr.path is None
+        assert tr.emit("x", a=1) is None and tr.flush() is None and tr.close() is None
+        assert list(tmp_path.iterdir()) == []
+
+    def test_none_binds_a_no_op_once(self):
+        """The disabled emit is a plain function, not a method that checks a flag."""
+        assert RolloutTrace(None).emit is trace_module._noop
+
+
+class TestEmit:
+    def test_fields_and_order(self, tmp_path):
+        """A line is t, run_id, event, then the caller's fields in the caller's order."""
+        with RolloutTrace(tmp_path / "t.jsonl") as tr:
+            before = time.time()
+            tr.emit("attempt.dispatch", attempt_id="a", prompt_id=3)
+            after = time.time()
+        event = lines(tmp_path / "t.jsonl")[1]
+        assert list(event) == ["t", "run_id", "event", "attempt_id", "prompt_id"]
+        assert before <= event["t"] <= after
+
+    def test_t_is_emit_time_not_write_time(self, tmp_path):
+        """The timestamp is taken on the caller's thread when emit is called."""
+        blocker = BlockingExporter()
+        with RolloutTrace(tmp_path / "t.jsonl", exporters=[blocker]) as tr:
+            blocker.entered.wait(5)  # the writer is stuck on run.start
+            stamp = time.time()
+            tr.emit("x")
+            time.sleep(0.2)
+            blocker.release.set()
+        assert lines(tmp_path / "t.jsonl")[1]["t"] < stamp + 0.1
+
+    def test_values_orjson_does_not_know_are_encoded(self, tmp_path):
+        """numpy scalars and arrays, Path, Enum, sets, tuples and huge ints become JSON."""
+        with RolloutTrace(tmp_path / "t.jsonl") as tr:
+            tr.emit(
+                "x",
+                n=np.int64(7),
+                f=np.float32(0.5),
+                arr=np.arange(3),
+                p=Path("/a/b"),
+                c=Color.RED,
+                s={3, 1, 2},
+                tup=(1, 2),
+                big=2**80,
+                obj=object,
+                tbv={3: 100},
+            )
+        e = lines(tmp_path / "t.jsonl")[1]
+        assert (e["n"], e["f"], e["arr"], e["p"], e["c"]) == (7, 0.5, [0, 1, 2], "/a/b", "red")
+        assert (e["s"], e["tup"], e["big"]) == ([1, 2, 3], [1, 2], str(2**80))
+        assert e["obj"] == repr(object) and e["tbv"] == {"3": 100}
+
+    def test_reserved_keys_win_and_the_callers_value_is_kept(self, tmp_path):
+        """A caller's t/run_id/event field never overwrites the trace's; it is kept as t_ etc."""
+        with RolloutTrace(tmp_path / "t.jsonl") as tr:
+            tr.emit("x", t=1, run_id="mine", event="other", ok=True)
+            tr.flush()
+            assert tr.stats.renamed_fields == 1
+        e = lines(tmp_path / "t.jsonl")[1]
+        assert (e["event"], e["run_id"]) == ("x", tr.run_id) and e["t"] > 1
+        assert (e["t_"], e["run_id_"], e["event_"], e["ok"]) == (1, "mine", "other", True)
+
+    def test_emit_after_close_is_a_silent_no_op(self, tmp_path):
+        """After close, emit does nothing and raises nothing; close is idempotent."""
+        tr = RolloutTrace(tmp_path / "t.jsonl")
+        tr.close()
+        tr.close()
+        tr.emit("late", x=1)
+        tr.flush()
+        assert [e["event"] for e in lines(tmp_path / "t.jsonl")] == ["run.start"]
+
+    def test_many_threads_lose_nothing_and_never_interleave(self, tmp_path):
+        """Eight threads emitting at once: every event is written once, as a whole line."""
+        with RolloutTrace(tmp_path / "t.jsonl") as tr:
+
+            def work(n: int) -> None:
+                for i in range(2000):
+                    tr.emit("x", thread=n, i=i, pad="y" * (i % 50))
+
+            threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        events = lines(tmp_path / "t.jsonl")[1:]
+        assert len(events) == 16000
+        for n in range(8):
+            assert [e["i"] for e in events if e["thread"] == n] == list(range(2000))
+
+
+class TestFlush:
+    def test_flush_makes_earlier_events_readable(self, tmp_path):
+        """After flush returns, everything emitted before it is in the file."""
+        tr = RolloutTrace(tmp_path / "t.jsonl")
+        for i in range(5000):
+            tr.emit("x", i=i)
+        tr.flush()
+        assert len(lines(tmp_path / "t.jsonl")) == 5001
+        tr.close()
+
+    def test_events_reach_the_file_without_flush(self, tmp_path):
+        """The writer appends on its own: a line appears without flush or close."""
+        tr = RolloutTrace(tmp_path / "t.jsonl")
+        tr.emit("x")
+        deadline = time.monotonic() + 5
+        while len(lines(tmp_path / "t.jsonl")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert len(lines(tmp_path / "t.jsonl")) == 2
+        tr.close()
+
+
+class TestBoundedQueue:
+    def test_full_queue_drops_counts_and_reports(self, tmp_path):
+        """With the writer stuck, emits past capacity are dropped, never block, and the count
+        is written as trace.dropped once the writer moves again: written + dropped = emitted."""
+        blocker = BlockingExporter()
+        tr = RolloutTrace(tmp_path / "t.jsonl", capacity=100, exporters=[blocker])
+        blocker.entered.wait(5)
+        started = time.monotonic()
+        for i in range(1000):
+            tr.emit("x", i=i)
+        assert time.monotonic() - started < 1.0  # never waited on the writer
+        blocker.release.set()
+        tr.close()
+        events = lines(tmp_path / "t.jsonl")
+        written = [e for e in events if e["event"] == "x"]
+        dropped = sum(e["count"] for e in events if e["event"] == "trace.dropped")
+        assert dropped > 0 and len(written) + dropped == 1000
+        assert tr.stats.dropped_queue_full == dropped
+        assert [e["i"] for e in written] == sorted(e["i"] for e in written)
+
+    def test_capacity_from_the_environment(self, tmp_path, monkeypatch):
+        """OTEL_ROLLOUT_QUEUE_SIZE sets the capacity when no argument does."""
+        monkeypatch.setenv("OTEL_ROLLOUT_QUEUE_SIZE", "5")
+        blocker = BlockingExporter()
+        tr = RolloutTrace(tmp_path / "t.jsonl", exporters=[blocker])
+        blocker.entered.wait(5)
+        for _ in range(50):
+            tr.emit("x")
+        blocker.release.set()
+        tr.close()
+        assert tr.stats.dropped_queue_full >= 40
+
+
+class TestExporters:
+    def test_extra_exporters_see_every_event_in_order(self, tmp_path):
+        """An exporter gets the same events as the file, on the writer thread, then shutdown."""
+        memory = InMemoryExporter()
+        with RolloutTrace(tmp_path / "t.jsonl", exporters=[memory]) as tr:
+            for i in range(100):
+                tr.emit("x", i=i)
+        assert memory.events == lines(tmp_path / "t.jsonl") and memory.shut_down
+
+    def test_a_failing_exporter_does_not_stop_the_log(self, tmp_path, caplog):
+        """An exporter that raises is logged once and counted; the JSONL file is complete."""
+
+        class Broken:
+            def export(self, events):
+                raise RuntimeError("collector down")
+
+            def shutdown(self):
+                pass
+
+        with RolloutTrace(tmp_path / "t.jsonl", exporters=[Broken()]) as tr:
+            for i in range(10):
+                tr.emit("x", i=i)
+                tr.flush()
+        assert len(lines(tmp_path / "t.jsonl")) == 11
+        assert tr.stats.exporter_errors >= 10
+        assert sum("Broken failed" in r.getMessage() for r in caplog.records) == 1
+
+
+class TestProcessLifetime:
+    def test_fork_child_is_a_new_run_with_its_own_writer(self, tmp_path):
+        """A forked child gets a new run_id and writer; the parent goes on unaffected."""
+        path = tmp_path / "t.jsonl"
+        tr = RolloutTrace(path)
+        tr.emit("parent.before")
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child
+            code = 1
+            try:
+                tr.emit("child.event")
+                tr.close()
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        tr.emit("parent.after")
+        tr.close()
+        events = lines(path)
+        child_start = next(e for e in events if e.get("parent_run_id") == tr.run_id)
+        child = next(e for e in events if e["event"] == "child.event")
+        assert child["run_id"] == child_start["run_id"] != tr.run_id
+        parent = [e["event"] for e in events if e["run_id"] == tr.run_id]
+        assert parent == ["run.start", "parent.before", "parent.after"]
+
+    def test_interpreter_exit_writes_what_was_queued(self, tmp_path):
+        """A program that never closes its trace still gets every event written at exit."""
+        path = tmp_path / "t.jsonl"
+        program = (
+            "import sys\nfrom otel_rollout.trace import RolloutTrace\n"
+            "tr = RolloutTrace(sys.argv[1])\n"
+            "for i in range(20000): tr.emit('x', i=i)\n"
+        )
+        subprocess.run([sys.executable, "-c", program, str(path)], check=True, timeout=60)
+        events = list(read_events(path))
+        assert [e["i"] for e in events[1:]] == list(range(20000))
