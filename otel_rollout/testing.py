@@ -130,6 +130,13 @@ def synthetic_trace(
     written = 0
     lines_per_run = lines // runs
     step = 0
+
+    def emit(run_id: str, kind: str, **fields: Any) -> None:
+        nonlocal t, written
+        t += 0.0005
+        out.extend(dumps({"t": t, "run_id": run_id, "event": kind, **fields}, option=option))
+        written += 1
+
     with open(path, "wb") as f:
         for run in range(runs):
             run_id = f"{run:08x}" + "0" * 24
@@ -139,15 +146,7 @@ def synthetic_trace(
                 version = step
             run_end = written + lines_per_run
 
-            def emit(kind: str, **fields: Any) -> None:
-                nonlocal t, written
-                t += 0.0005
-                out.extend(
-                    dumps({"t": t, "run_id": run_id, "event": kind, **fields}, option=option)
-                )
-                written += 1
-
-            emit("run.start", schema=SCHEMA_VERSION, pid=1000 + run, host="bench")
+            emit(run_id, "run.start", schema=SCHEMA_VERSION, pid=1000 + run, host="bench")
             g = 0
             while written < run_end:
                 group_ids = []
@@ -157,31 +156,44 @@ def synthetic_trace(
                     group_ids.append(gid)
                     prompt = rng.randrange(100_000)
                     ids = {"group_id": gid, "prompt_id": prompt}
-                    emit("group.reserve", **ids, size=group_size, weight_version=version, epoch=0)
-                    emit("group.admit", **ids)
+                    emit(
+                        run_id,
+                        "group.reserve",
+                        **ids,
+                        size=group_size,
+                        weight_version=version,
+                        epoch=0,
+                    )
+                    emit(run_id, "group.admit", **ids)
                     counts: dict[int, int] = {}
                     total = 0
                     for i in range(group_size):
                         aid = f"{gid}-a{i}"
                         a_ids = {**ids, "attempt_id": aid, "generation_index": i}
-                        emit("attempt.dispatch", **a_ids, weight_version=version, epoch=0)
+                        emit(run_id, "attempt.dispatch", **a_ids, weight_version=version, epoch=0)
                         n = rng.randrange(50, 800)
                         calls = [[f"{aid}-c0", version, n]]
-                        emit("attempt.seal", **a_ids, tokens=n, calls=calls)
+                        emit(run_id, "attempt.seal", **a_ids, tokens=n, calls=calls)
                         lag = rng.choice((0, 0, 1, 1, 2))
                         counts[version - min(lag, version)] = (
                             counts.get(version - min(lag, version), 0) + n
                         )
                         total += n
                     tbv = {str(v): c for v, c in sorted(counts.items())}
-                    emit("group.seal", **ids, tokens=total, tokens_by_version=tbv)
-                emit("train.step", step=step, trained_version=version, group_ids=group_ids)
+                    emit(run_id, "group.seal", **ids, tokens=total, tokens_by_version=tbv)
+                emit(run_id, "train.step", step=step, trained_version=version, group_ids=group_ids)
                 cuts = [[f"c{rng.randrange(10**6)}", rng.randrange(500)] for _ in range(4)]
-                emit("weights.sync", replaced_version=version, new_version=version + 1, cuts=cuts)
+                emit(
+                    run_id,
+                    "weights.sync",
+                    replaced_version=version,
+                    new_version=version + 1,
+                    cuts=cuts,
+                )
                 version += 1
                 step += 1
                 if step % 50 == 0:
-                    emit("checkpoint.publish", step=step - 1, weight_version=version)
+                    emit(run_id, "checkpoint.publish", step=step - 1, weight_version=version)
                 if len(out) > 1 << 22:
                     f.write(out)
                     out.clear()
