@@ -1,0 +1,168 @@
+"""The otel-rollout command line, run as a real subprocess."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import orjson
+import pytest
+
+from otel_rollout.testing import TraceBuilder
+
+
+@pytest.fixture
+def trace_file(tmp_path):
+    b = TraceBuilder()
+    b.sealed_group("g1", {3: 100, 4: 200})
+    b.sealed_group("g2", {5: 50})
+    b.sealed_group("g3", None)
+    b.step(0, 5, ["g1"])
+    b.step(1, 6, ["g2", "g3"])
+    b.step(2, 6, ["g3"])
+    return b.write(tmp_path / "rollout_trace.jsonl")
+
+
+def assert_clean_error(proc, code: int) -> None:
+    assert proc.returncode == code, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+class TestReferenceMain:
+    def test_prints_step_then_batch_age(self, trace_file):
+        """python -m otel_rollout.trace FILE prints 'step age' per step with counts."""
+        proc = subprocess.run(
+            [sys.executable, "-m", "otel_rollout.trace", str(trace_file)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert proc.stdout.splitlines() == [f"0 {5 - 1100 / 300:.6f}", "1 1.000000"]
+        assert proc.stderr == ""
+
+    def test_missing_file(self, tmp_path):
+        """A missing file is one line on stderr and exit code 2."""
+        proc = subprocess.run(
+            [sys.executable, "-m", "otel_rollout.trace", str(tmp_path / "none")],
+            capture_output=True,
+            text=True,
+        )
+        assert_clean_error(proc, 2)
+
+
+class TestBatchAge:
+    def test_table(self, cli, trace_file):
+        """The table has a row per step with version, groups, tokens, age and age shares."""
+        proc = cli("batch-age", str(trace_file))
+        assert proc.returncode == 0, proc.stderr
+        rows = proc.stdout.splitlines()
+        assert rows[0].split() == [
+            "step",
+            "version",
+            "groups",
+            "tokens",
+            "batch_age",
+            "age0",
+            "age1",
+            "age2",
+            "age3+",
+        ]
+        assert rows[1].split() == ["0", "5", "1", "300", "1.3333", "0.0%", "66.7%", "33.3%", "0.0%"]
+        assert rows[3].split()[4] == "-"
+
+    def test_json(self, cli, trace_file):
+        """--json prints one object per step; steps without counts have null batch age."""
+        proc = cli("batch-age", str(trace_file), "--json")
+        rows = [orjson.loads(line) for line in proc.stdout.splitlines()]
+        assert [r["step"] for r in rows] == [0, 1, 2]
+        assert rows[0]["batch_age"] == 5 - 1100 / 300 and rows[2]["batch_age"] is None
+        assert rows[1]["token_share_by_age"] == {
+            "age0": 0.0,
+            "age1": 1.0,
+            "age2": 0.0,
+            "age3+": 0.0,
+        }
+
+    @pytest.mark.parametrize(
+        "content, message",
+        [(None, "no such file"), (b"\x00\x01\x02 not a trace\n", "not a trace file")],
+    )
+    def test_errors_are_one_line_exit_2(self, cli, tmp_path, content, message):
+        """Missing files and files that are not traces: exit 2, a clear line, no traceback."""
+        path = tmp_path / "f"
+        if content is not None:
+            path.write_bytes(content)
+        proc = cli("batch-age", str(path))
+        assert_clean_error(proc, 2)
+        assert message in proc.stderr
+
+    def test_directory_is_a_usage_error(self, cli, tmp_path):
+        """Passing the log directory says which file to pass instead."""
+        proc = cli("batch-age", str(tmp_path))
+        assert_clean_error(proc, 2)
+        assert "rollout_trace.jsonl" in proc.stderr
+
+    def test_malformed_step_is_named_by_line(self, cli, tmp_path, trace_file):
+        """A train.step with a missing field is skipped with a warning naming its line."""
+        with open(trace_file, "ab") as f:
+            f.write(b'{"t":1,"run_id":"r","event":"train.step","step":9}\n')
+        n = len(trace_file.read_bytes().splitlines())
+        proc = cli("batch-age", str(trace_file))
+        assert proc.returncode == 0
+        assert f"{trace_file}:{n}: train.step: missing field" in proc.stderr
+
+
+class TestValidate:
+    def test_valid_file_exits_0(self, cli, trace_file):
+        """A clean file: exit 0 and a summary on stderr."""
+        proc = cli("validate", str(trace_file))
+        assert proc.returncode == 0 and "0 errors" in proc.stderr
+
+    def test_problems_have_line_numbers_and_exit_1(self, cli, trace_file):
+        """Every violation is printed as FILE:LINE: severity: problem; errors exit 1."""
+        with open(trace_file, "ab") as f:
+            f.write(b'{"t":1,"run_id":"r","event":"weights.sync","replaced_version":-2}\n')
+            f.write(b"garbage\n")
+            f.write(b'{"t":1,"run_id":"r","event":"future.kind"}\n')
+        n = len(trace_file.read_bytes().splitlines())
+        proc = cli("validate", str(trace_file))
+        assert_clean_error(proc, 1)
+        out = proc.stdout
+        assert f"{trace_file}:{n - 2}: error: field 'replaced_version'" in out
+        assert f"{trace_file}:{n - 2}: error: missing required field 'new_version'" in out
+        assert f"{trace_file}:{n - 1}: error: not valid JSON" in out
+        assert f"{trace_file}:{n}: warning: unknown event kind 'future.kind'" in out
+
+    def test_torn_last_line_is_a_warning_unless_strict(self, cli, trace_file):
+        """A killed writer's torn line warns (exit 0); --strict makes it an error (exit 1)."""
+        with open(trace_file, "ab") as f:
+            f.write(b'{"t":1,"run_')
+        assert cli("validate", str(trace_file)).returncode == 0
+        assert cli("validate", "--strict", str(trace_file)).returncode == 1
+
+    def test_json_output(self, cli, trace_file):
+        """--json prints each problem as an object with line, severity and problem."""
+        with open(trace_file, "ab") as f:
+            f.write(b"[]\n")
+        n = len(trace_file.read_bytes().splitlines())
+        proc = cli("validate", "--json", str(trace_file))
+        (problem,) = [orjson.loads(line) for line in proc.stdout.splitlines()]
+        assert problem["severity"] == "error" and problem["line"] == n
+
+
+class TestGeneral:
+    def test_help_lists_commands(self, cli):
+        """--help names every command."""
+        out = cli("--help").stdout
+        for command in ("batch-age", "validate", "simulate", "demo", "schema"):
+            assert command in out
+
+    def test_unknown_option_is_usage_error(self, cli):
+        """argparse usage errors exit 2 without a traceback."""
+        assert_clean_error(cli("batch-age", "--bogus"), 2)
+
+    def test_schema_command_prints_the_shipped_schema(self, cli):
+        """'otel-rollout schema' prints the JSON Schema file shipped with the package."""
+        from otel_rollout.schema import shipped_json_schema
+
+        assert orjson.loads(cli("schema").stdout) == shipped_json_schema()

@@ -1,0 +1,37 @@
+"""Knobs: explicit argument, then environment variable, then default."""
+
+from __future__ import annotations
+
+import pytest
+
+from otel_rollout import config
+
+
+class TestSetting:
+    def test_default_when_unset(self, monkeypatch):
+        """With nothing set, the documented default applies."""
+        monkeypatch.delenv("OTEL_ROLLOUT_QUEUE_SIZE", raising=False)
+        assert config.QUEUE_SIZE.resolve() == config.QUEUE_SIZE.default
+
+    def test_environment_then_argument(self, monkeypatch):
+        """The variable overrides the default; an explicit argument overrides both."""
+        monkeypatch.setenv("OTEL_ROLLOUT_QUEUE_SIZE", "123")
+        assert config.QUEUE_SIZE.resolve() == 123
+        assert config.QUEUE_SIZE.resolve(7) == 7
+
+    @pytest.mark.parametrize("raw", ["lots", "-5", "0"])
+    def test_malformed_environment_falls_back_with_a_warning(self, monkeypatch, caplog, raw):
+        """A bad value in a job script never kills the run: warn and use the default."""
+        monkeypatch.setenv("OTEL_ROLLOUT_QUEUE_SIZE", raw)
+        assert config.QUEUE_SIZE.resolve() == config.QUEUE_SIZE.default
+        assert "OTEL_ROLLOUT_QUEUE_SIZE" in caplog.text
+
+    def test_bad_explicit_value_is_an_error(self):
+        """A program that passes an impossible value hears about it at once."""
+        with pytest.raises(ValueError, match="must be positive"):
+            config.QUEUE_SIZE.resolve(0)
+
+    def test_every_setting_is_an_otel_rollout_variable(self):
+        """All knobs live under the OTEL_ROLLOUT_ prefix and are listed in SETTINGS."""
+        assert all(s.env.startswith("OTEL_ROLLOUT_") for s in config.SETTINGS)
+        assert len({s.env for s in config.SETTINGS}) == len(config.SETTINGS)

@@ -1,0 +1,98 @@
+"""The public surface: __all__ as a contract, and the reference API, name for name."""
+
+from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
+
+import otel_rollout
+from otel_rollout import trace
+
+
+class TestAll:
+    def test_package_all_is_exact(self):
+        """The package exports exactly these names, and each one resolves."""
+        assert sorted(otel_rollout.__all__) == sorted(
+            [
+                "BATCH_AGE_TOKENS_METRIC",
+                "BATCH_AGE_VERSION_SUM_METRIC",
+                "ROLLOUT_TRACE_FILENAME",
+                "SCHEMA_VERSION",
+                "EventExporter",
+                "EventReader",
+                "JsonlExporter",
+                "RefitCuts",
+                "RolloutTrace",
+                "StepAge",
+                "__version__",
+                "batch_age_by_step",
+                "batch_age_group_metrics",
+                "pop_batch_age",
+                "read_events",
+                "step_ages",
+                "tokens_by_version",
+            ]
+        )
+        for name in otel_rollout.__all__:
+            assert getattr(otel_rollout, name) is not None
+
+    def test_trace_module_all_resolves(self):
+        """Every name otel_rollout.trace exports exists."""
+        for name in trace.__all__:
+            assert hasattr(trace, name)
+
+
+class TestReferenceApi:
+    def test_constants(self):
+        """The reference's constants, value for value."""
+        assert trace.ROLLOUT_TRACE_FILENAME == "rollout_trace.jsonl"
+        assert trace.BATCH_AGE_TOKENS_METRIC == "batch_age/trained_tokens"
+        assert trace.BATCH_AGE_VERSION_SUM_METRIC == "batch_age/token_version_sum"
+
+    def test_signatures(self):
+        """The reference's functions and methods take the reference's parameters."""
+
+        def params(f):
+            return [p for p in inspect.signature(f).parameters if p != "self"]
+
+        assert params(trace.RolloutTrace.__init__)[0] == "path"
+        assert params(trace.RolloutTrace.emit) == ["event", "fields"]
+        assert params(trace.RolloutTrace.flush) == [] and params(trace.RolloutTrace.close) == []
+        assert params(trace.read_events)[0] == "path"
+        assert params(trace.RefitCuts.record) == ["replaced_version", "new_version", "calls"]
+        assert params(trace.RefitCuts.forget_before) == ["oldest_trainable_version"]
+        assert params(trace.RefitCuts.tokens_by_version) == ["call_versions"]
+        assert params(trace.tokens_by_version)[0] == "events"
+        assert params(trace.batch_age_group_metrics) == ["counts"]
+        assert params(trace.pop_batch_age) == ["per_group_metrics", "trained_version"]
+        assert params(trace.batch_age_by_step)[0] == "events"
+        assert isinstance(trace.RolloutTrace.enabled, property)
+
+    def test_a_reference_program_runs_unchanged(self, tmp_path):
+        """A controller written against the reference module runs with our import."""
+        program = f"""
+from pathlib import Path
+from otel_rollout import trace
+
+log = Path({str(tmp_path)!r})
+t = trace.RolloutTrace(log / trace.ROLLOUT_TRACE_FILENAME)
+assert t.enabled
+cuts = trace.RefitCuts()
+cuts.record(3, 4, [("A", 100)])
+counts = cuts.tokens_by_version([("A", 3, 250), ("B", 4, 50)])
+t.emit("group.seal", group_id="g", prompt_id=0, tokens=300,
+       tokens_by_version={{str(v): n for v, n in counts.items()}})
+metrics = {{k: [v] for k, v in trace.batch_age_group_metrics(counts).items()}}
+age = trace.pop_batch_age(metrics, 5)
+t.emit("train.step", step=0, trained_version=5, group_ids=["g"], batch_age=age)
+t.flush()
+t.close()
+events = list(trace.read_events(log / trace.ROLLOUT_TRACE_FILENAME))
+assert trace.batch_age_by_step(events) == {{0: age}}
+assert trace.tokens_by_version(events) == {{"g": {{3: 100, 4: 200}}}}
+print(age)
+"""
+        out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        assert float(out.stdout) == 5 - 1100 / 300
