@@ -159,15 +159,18 @@ def _int(value: Any, name: str) -> int:
 def _apply_seal(groups: dict[str, dict[int, int]], event: dict[str, Any]) -> None:
     """Keep a sealed group's counts; a later seal of the same group replaces them."""
     group_id = event["group_id"]
+    raw = event.get("tokens_by_version")
+    if raw.__class__ is dict and group_id.__class__ is str:
+        counts = {int(v): n for v, n in raw.items() if n.__class__ is int}
+        if len(counts) == len(raw):
+            groups[group_id] = counts
+            return
     if not isinstance(group_id, str):
         raise TypeError(f"group_id must be a string, got {group_id!r}")
-    raw = event.get("tokens_by_version")
     if raw is None:
         groups.pop(group_id, None)
-    elif isinstance(raw, dict):
-        groups[group_id] = {int(v): _int(n, f"tokens_by_version[{v}]") for v, n in raw.items()}
-    else:
-        raise TypeError(f"tokens_by_version must be an object, got {raw!r}")
+        return
+    raise TypeError(f"tokens_by_version must map versions to integer counts, got {raw!r}")
 
 
 def _step_fields(event: dict[str, Any]) -> dict[str, Any]:
@@ -244,32 +247,38 @@ class StepAge:
         return self.tokens_by_age.get(age, 0) / self.tokens if self.tokens else 0.0
 
 
-def _step_age(event: dict[str, Any], groups: dict[str, dict[int, int]]) -> StepAge:
-    trained = event["trained_version"]
-    group_ids = event["group_ids"]
+def _step_sums(group_ids: list[str], groups: dict[str, dict[int, int]]) -> tuple[int, int]:
+    """Σn and Σv·n over a step's groups: the sums batch_age_group_metrics gives the live path."""
     tokens = version_sum = 0
+    for group_id in group_ids:
+        counts = groups.get(group_id)
+        if counts:
+            for version, n in counts.items():
+                tokens += n
+                version_sum += version * n
+    return tokens, version_sum
+
+
+def _step_age(step: dict[str, Any], groups: dict[str, dict[int, int]]) -> StepAge:
+    trained = step["trained_version"]
+    group_ids = step["group_ids"]
+    tokens, version_sum = _step_sums(group_ids, groups)
     by_age: dict[int, int] = {}
     top = AGE_BUCKETS[-1]
     for group_id in group_ids:
-        counts = groups.get(group_id)
-        if not counts:
-            continue
-        sums = batch_age_group_metrics(counts)
-        tokens += sums[BATCH_AGE_TOKENS_METRIC]
-        version_sum += sums[BATCH_AGE_VERSION_SUM_METRIC]
-        for version, n in counts.items():
+        for version, n in groups.get(group_id, {}).items():
             age = min(max(trained - version, 0), top)
             by_age[age] = by_age.get(age, 0) + n
     return StepAge(
-        step=event["step"],
+        step=step["step"],
         trained_version=trained,
         groups=len(group_ids),
         tokens=tokens,
         batch_age=batch_age(trained, tokens, version_sum),
         tokens_by_age=by_age,
-        run_id=event.get("run_id"),
-        t=event.get("t"),
-        logged_batch_age=event.get("batch_age"),
+        run_id=step["run_id"],
+        t=step["t"],
+        logged_batch_age=step["batch_age"],
     )
 
 
@@ -297,5 +306,13 @@ def batch_age_by_step(
     A step a resumed run trained again keeps the later run's value; steps
     whose groups carry no counts are absent, not 0.
     """
-    rows = step_ages(events, on_malformed=on_malformed)
-    return {r.step: r.batch_age for r in rows if r.batch_age is not None}
+    groups: dict[str, dict[int, int]] = {}
+    steps: dict[int, dict[str, Any]] = {}
+    _ingest(events, on_malformed, groups, steps)
+    ages = {}
+    for number in sorted(steps):
+        step = steps[number]
+        age = batch_age(step["trained_version"], *_step_sums(step["group_ids"], groups))
+        if age is not None:
+            ages[number] = age
+    return ages

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import logging
 import os
+import re
 import zlib
 from collections.abc import Callable, Collection, Iterable, Iterator
 from pathlib import Path
@@ -24,7 +25,7 @@ _log = logging.getLogger("otel_rollout")
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _BOM = b"\xef\xbb\xbf"
-_PROGRESS_EVERY = 1 << 16
+_CHUNK = 1 << 22
 #: Lines reported one by one before the rest are only counted.
 MAX_WARNINGS = 10
 
@@ -65,10 +66,10 @@ class EventReader:
         """Like iteration, but each event comes with its 1-based line number."""
         return self._scan(numbered=True)  # type: ignore[return-value]
 
-    def _skip(self, lineno: int, line: bytes, reason: str) -> None:
-        if lineno == 1:
+    def _skip(self, lineno: int, reason: str, torn: bool) -> None:
+        if self.first_line_is_event is None:
             self.first_line_is_event = False
-        if not line.endswith(b"\n"):
+        if torn:
             reason = f"torn last line ({reason}; was the writer killed?)"
         self.skipped += 1
         if self._on_skip is not None:
@@ -76,44 +77,74 @@ class EventReader:
         elif self.skipped <= MAX_WARNINGS:
             _log.warning("%s:%d: %s; skipped", self.path, lineno, reason)
 
+    def _recover(self, lineno: int, line: bytes, error: Exception, torn: bool) -> Any:
+        """The slow path for a line orjson rejects: a BOM, a blank line, or a skip."""
+        if lineno == 1 and line.startswith(_BOM):
+            try:
+                return orjson.loads(line[len(_BOM) :])
+            except orjson.JSONDecodeError:
+                pass
+        elif not line.strip():
+            return None
+        self._skip(lineno, f"not valid JSON: {error}", torn)
+        return None
+
     def _scan(self, numbered: bool) -> Iterator[Any]:
         loads = orjson.loads
         decode_error = orjson.JSONDecodeError
-        wanted = _prefilter(self.kinds)
+        kinds = self.kinds
+        pattern = None if kinds is None else _kind_pattern(kinds)
         lineno = 0
+        first = True
+        filtering = kinds is not None
         with _open(self.path) as (stream, position, compressed):
             broken: list[str] = []
-            lines: Iterable[bytes] = _guarded(stream, broken) if compressed else stream
-            if self._progress is not None:
-                lines = _reporting(stream, position, self._progress, _size(self.path))
-            for lineno, line in enumerate(lines, 1):
-                if wanted is not None and not wanted(line) and lineno > 1:
-                    continue
-                try:
-                    event = loads(line)
-                except decode_error as exc:
-                    if lineno == 1 and line.startswith(_BOM):
-                        try:
-                            event = loads(line[len(_BOM) :])
-                        except decode_error:
-                            self._skip(lineno, line, f"not valid JSON: {exc}")
+            total = _size(self.path) if self._progress is not None else 0
+            for chunk, start, end, final in _chunks(stream, broken if compressed else None):
+                if pattern is None:
+                    lines = chunk.split(b"\n")
+                    if not final:
+                        del lines[-1]  # the piece after ``end``: the next block's
+                    if start:
+                        del lines[0]  # the piece before ``start``: the last block's
+                    candidates: Iterable[tuple[int, bytes]] = enumerate(lines, lineno + 1)
+                    count = len(lines)
+                    where = None
+                else:
+                    found = _matching_lines(chunk, start, end, pattern, lineno == 0)
+                    count = chunk.count(b"\n", start, end) + final
+                    if numbered:
+                        candidates, where = _numbered(chunk, start, found, lineno), None
+                    else:  # keys are byte offsets; a line number is worked out only if needed
+                        candidates, where = found, _locator(chunk, start, lineno)
+                for n, line in candidates:
+                    try:
+                        event = loads(line)
+                    except decode_error as exc:
+                        event = self._recover(where(n) if where else n, line, exc, final)
+                        first = self.first_line_is_event is None
+                        if event is None:
                             continue
-                    elif line.strip():
-                        self._skip(lineno, line, f"not valid JSON: {exc}")
+                    if event.__class__ is not dict:
+                        kind = f"a JSON {type(event).__name__}, not an object"
+                        self._skip(where(n) if where else n, kind, final)
+                        first = False
                         continue
-                    else:
+                    if first:
+                        first = False
+                        self.first_line_is_event = "event" in event
+                    if filtering and event.get("event") not in kinds:  # type: ignore[operator]
                         continue
-                if lineno == 1:
-                    self.first_line_is_event = event.__class__ is dict and "event" in event
-                if event.__class__ is not dict:
-                    self._skip(lineno, line, f"a JSON {type(event).__name__}, not an object")
-                    continue
-                if wanted is not None and event.get("event") not in self.kinds:  # type: ignore[operator]
-                    continue
-                yield (lineno, event) if numbered else event
+                    yield (n, event) if numbered else event
+                lineno += count
+                if self._progress is not None:
+                    self._progress(position(), total)
             if broken:
                 lineno += 1
-                self._skip(lineno, b"", f"compressed data ends early or is corrupt: {broken[0]}")
+                reason = f"compressed data ends early or is corrupt: {broken[0]}"
+                self._skip(lineno, reason, True)
+        if self._progress is not None:
+            self._progress(total, total)
         self.lines = lineno
         if self._on_skip is None and self.skipped > MAX_WARNINGS:
             _log.warning(
@@ -136,20 +167,92 @@ def read_events(
     return iter(EventReader(path, kinds=kinds))
 
 
-def _prefilter(kinds: frozenset[str] | None) -> Callable[[bytes], bool] | None:
-    """A cheap test that a raw line may hold one of ``kinds`` (confirmed after parsing)."""
-    if kinds is None:
-        return None
-    needles = [orjson.dumps(k) for k in sorted(kinds)]
-    if not needles:
-        return lambda line: False
-    if len(needles) == 1:
-        (a,) = needles
-        return lambda line: a in line
-    if len(needles) == 2:
-        a, b = needles
-        return lambda line: a in line or b in line
-    return lambda line: any(n in line for n in needles)
+def _kind_pattern(kinds: frozenset[str]) -> re.Pattern[bytes]:
+    """Finds ``"event": "<one of kinds>"`` anywhere in raw bytes, whitespace allowed."""
+    names = b"|".join(re.escape(k.encode()) for k in sorted(kinds)) or b"(?!)"
+    return re.compile(rb'"event"\s*:\s*"(?:' + names + rb')"')
+
+
+def _matching_lines(
+    chunk: bytes, start: int, end: int, pattern: re.Pattern[bytes], first: bool
+) -> list[tuple[int, bytes]]:
+    """``(offset, line)`` for the lines in ``chunk[start:end]`` that may hold a wanted kind,
+    plus the first line when it is the file's first.
+
+    The search runs in C over the whole block, so lines of other kinds cost no
+    Python work.  A match can be a false positive (the pattern inside a nested
+    object); the caller confirms the kind after parsing.
+    """
+    found = []
+    find, rfind = chunk.find, chunk.rfind
+    previous = -1
+    if first:
+        stop = find(b"\n", start, end)
+        found.append((start, chunk[start:stop] if stop >= 0 else chunk[start:end]))
+        previous = start
+    for match in pattern.finditer(chunk, start, end):
+        newline = rfind(b"\n", start, match.start())
+        line_start = newline + 1 if newline >= 0 else start
+        if line_start != previous:
+            previous = line_start
+            stop = find(b"\n", line_start, end)
+            found.append(
+                (line_start, chunk[line_start:stop] if stop >= 0 else chunk[line_start:end])
+            )
+    return found
+
+
+def _numbered(
+    chunk: bytes, start: int, found: list[tuple[int, bytes]], before: int
+) -> list[tuple[int, bytes]]:
+    """The same lines keyed by 1-based line number, counting newlines once, left to right."""
+    numbered, lineno, counted = [], before, start
+    for offset, line in found:
+        lineno += chunk.count(b"\n", counted, offset)
+        counted = offset
+        numbered.append((lineno + 1, line))
+    return numbered
+
+
+def _locator(chunk: bytes, start: int, before: int) -> Callable[[int], int]:
+    """Turns a byte offset in ``chunk`` into a file line number (for the rare report)."""
+    return lambda offset: before + chunk.count(b"\n", start, offset) + 1
+
+
+def _chunks(stream: IO[bytes], broken: list[str] | None) -> Iterator[tuple[bytes, int, int, bool]]:
+    """Blocks ``(data, start, end, final)`` where ``data[start:end]`` is whole lines.
+
+    Blocks are not copied: a line split across two reads is yielded as its own
+    small block.  The block with ``final`` set is an unterminated tail, a torn
+    last line.  For a compressed stream (``broken`` given), a truncated or
+    corrupt end stops the blocks and is noted in ``broken`` rather than raised.
+    """
+    carry = b""
+    while True:
+        try:
+            block = stream.read(_CHUNK)
+        except (EOFError, OSError, zlib.error) as exc:
+            if broken is None:
+                raise
+            broken.append(str(exc) or type(exc).__name__)
+            block = b""
+        if not block:
+            if carry:
+                yield carry, 0, len(carry), True
+            return
+        start = 0
+        if carry:
+            newline = block.find(b"\n")
+            if newline < 0:
+                carry += block
+                continue
+            start = newline + 1
+            joined = carry + block[:start]
+            yield joined, 0, len(joined), False
+        end = block.rfind(b"\n") + 1
+        carry = block[max(start, end) :]
+        if end > start:
+            yield block, start, end, False
 
 
 class _open:
@@ -168,26 +271,8 @@ class _open:
         self._raw.close()
 
 
-def _guarded(stream: IO[bytes], broken: list[str]) -> Iterator[bytes]:
-    """Lines of a compressed stream; a truncated or corrupt end is noted in ``broken``."""
-    try:
-        yield from stream
-    except (EOFError, OSError, zlib.error) as exc:
-        broken.append(str(exc) or type(exc).__name__)
-
-
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size
     except OSError:
         return 0
-
-
-def _reporting(
-    lines: Iterable[bytes], position: Callable[[], int], progress: Progress, total: int
-) -> Iterator[bytes]:
-    for count, line in enumerate(lines, 1):
-        yield line
-        if count % _PROGRESS_EVERY == 0:
-            progress(position(), total)
-    progress(total, total)

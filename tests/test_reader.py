@@ -9,6 +9,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from otel_rollout import reader as reader_module
 from otel_rollout.reader import MAX_WARNINGS, EventReader, read_events
 from otel_rollout.testing import TraceBuilder
 
@@ -128,6 +129,53 @@ class TestKindFilter:
         everything = list(EventReader(path, on_skip=lambda *a: None))
         filtered = list(EventReader(path, kinds=kinds, on_skip=lambda *a: None))
         assert filtered == [e for e in everything if e.get("event") in kinds]
+
+    def test_filter_accepts_other_writers_spacing(self, tmp_path):
+        """Files from json.dumps (spaces after colons) are filtered just as well."""
+        path = tmp_path / "t.jsonl"
+        path.write_text(
+            '{"t": 1, "run_id": "r", "event": "train.step", "step": 0}\n'
+            '{"t": 2, "run_id": "r", "event" :"group.seal"}\n'
+            '{"t": 3, "run_id": "r", "event": "attempt.seal", "note": "train.step"}\n'
+        )
+        got = [e["t"] for e in EventReader(path, kinds={"train.step", "group.seal"})]
+        assert got == [1, 2]
+
+    @settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(
+        events=st.lists(_event, max_size=25),
+        junk=st.lists(st.binary(max_size=20), max_size=4),
+        block=st.integers(1, 90),
+        torn=st.booleans(),
+    )
+    def test_block_boundaries_change_nothing(
+        self, tmp_path, monkeypatch, events, junk, block, torn
+    ):
+        """With reads of any size, every mode yields what a naive line split gives, with the
+        same line numbers, and the same line count."""
+        monkeypatch.setattr(reader_module, "_CHUNK", block)
+        raw = [orjson.dumps(e) for e in events] + [j.replace(b"\n", b"") for j in junk]
+        body = b"\n".join(raw) + (b"" if torn else b"\n")
+        path = tmp_path / "t.jsonl"
+        path.write_bytes(body)
+        truth = []
+        for n, line in enumerate(body.split(b"\n")[: len(raw)], 1):
+            try:
+                value = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(value, dict):
+                truth.append((n, value))
+        kinds = {"train.step", "group.seal"}
+        skips: list[int] = []
+        everything = EventReader(path, on_skip=lambda n, why: skips.append(n))
+        assert list(everything.numbered()) == truth
+        lines = body.count(b"\n") + (1 if body and not body.endswith(b"\n") else 0)
+        assert everything.lines == lines
+        wanted = [(n, e) for n, e in truth if e.get("event") in kinds]
+        assert list(EventReader(path, kinds=kinds, on_skip=lambda *a: None).numbered()) == wanted
+        filtered = EventReader(path, kinds=kinds, on_skip=lambda *a: None)
+        assert list(filtered) == [e for _, e in wanted] and filtered.lines == lines
 
     @settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(data=st.binary(max_size=400))

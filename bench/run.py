@@ -1,0 +1,232 @@
+"""otel-rollout benchmarks, with the plain queue-and-thread design as the yardstick in the same run.
+
+    python bench/run.py            # the full table (about two minutes on 2 cores)
+    python bench/run.py --quick    # a smoke run with small sizes
+
+Figures: emit cost on the caller's thread (median ns/event while the writer
+drains), drain throughput (events/s, emit N then flush), emit-to-file latency
+p50/p99 at 1k and 10k events/s (tailed by a separate process), reader
+throughput on a synthetic multi-run trace (lines/s), and the peak memory of
+``batch_age_by_step`` on it (a fresh process, RSS above its baseline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from yardstick import PlainWriter, plain_read  # noqa: E402
+
+from otel_rollout.batch_age import BATCH_AGE_EVENTS, batch_age_by_step  # noqa: E402
+from otel_rollout.reader import read_events  # noqa: E402
+from otel_rollout.testing import synthetic_trace  # noqa: E402
+from otel_rollout.trace import RolloutTrace  # noqa: E402
+
+FIELDS = {
+    "attempt_id": "0f3a9c1e-a17",
+    "group_id": "0f3a9c1e-g4",
+    "prompt_id": 81234,
+    "generation_index": 3,
+    "weight_version": 118,
+    "epoch": 1,
+}
+
+Writer = Callable[[Path], Any]
+DESIGNS: dict[str, Writer] = {"yardstick": PlainWriter, "otel-rollout": RolloutTrace}
+
+
+def emit_cost(tmp: Path, rounds: int, per_round: int = 1000) -> dict[str, float]:
+    """Median caller ns/event over rounds of back-to-back emits, designs interleaved."""
+    samples: dict[str, list[float]] = {name: [] for name in DESIGNS}
+    for rep in range(5):
+        for name, make in DESIGNS.items():
+            writer = make(tmp / f"cost-{name}-{rep}.jsonl")
+            emit = writer.emit
+            clock = time.perf_counter_ns
+            for _ in range(rounds // 5):
+                start = clock()
+                for _ in range(per_round):
+                    emit("attempt.dispatch", **FIELDS)
+                samples[name].append((clock() - start) / per_round)
+                time.sleep(0.0002)  # let the writer drain between rounds
+            writer.close()
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def drain_throughput(tmp: Path, events: int) -> dict[str, float]:
+    """Events per second from the first emit until flush returns (best of three)."""
+    best: dict[str, float] = {}
+    for rep in range(3):
+        for name, make in DESIGNS.items():
+            writer = make(tmp / f"drain-{name}-{rep}.jsonl")
+            start = time.perf_counter()
+            for i in range(events):
+                writer.emit("attempt.dispatch", i=i, **FIELDS)
+            writer.flush()
+            rate = events / (time.perf_counter() - start)
+            writer.close()
+            best[name] = max(best.get(name, 0.0), rate)
+    return best
+
+
+def latency(tmp: Path, rate: int, seconds: float) -> dict[str, tuple[float, float]]:
+    """p50/p99 ms from emit to the line being readable, tailed by another process."""
+    result = {}
+    for name, make in DESIGNS.items():
+        path = tmp / f"latency-{name}-{rate}.jsonl"
+        tail = subprocess.Popen(
+            [sys.executable, str(HERE / "_tail.py"), str(path)], stdout=subprocess.PIPE
+        )
+        writer = make(path)
+        time.sleep(0.3)  # the tail process is up and polling
+        per_ms = max(1, rate // 1000)
+        start = time.perf_counter()
+        for tick in range(int(seconds * 1000)):
+            target = start + tick / 1000
+            while (now := time.perf_counter()) < target:
+                time.sleep(min(target - now, 0.0005))
+            for _ in range(per_ms):
+                writer.emit("bench.tick", **FIELDS)
+        writer.emit("bench.end")
+        writer.close()
+        out, _ = tail.communicate(timeout=60)
+        ms = sorted(x * 1000 for x in json.loads(out))
+        result[name] = (ms[len(ms) // 2], ms[int(len(ms) * 0.99)])
+    return result
+
+
+def reader_throughput(path: Path, lines: int) -> dict[str, float]:
+    """Lines per second: read every event; compute batch age per step (best of three)."""
+
+    def timed(fn: Callable[[], Any]) -> float:
+        best = float("inf")
+        for _ in range(3):
+            start = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - start)
+        return lines / best
+
+    return {
+        "yardstick read (loads every line)": timed(lambda: sum(1 for _ in plain_read(path))),
+        "read_events": timed(lambda: sum(1 for _ in read_events(path))),
+        "yardstick batch age (loads every line)": timed(
+            lambda: batch_age_by_step(plain_read(path))
+        ),
+        "batch_age_by_step (kinds pre-filter)": timed(
+            lambda: batch_age_by_step(read_events(path, kinds=BATCH_AGE_EVENTS))
+        ),
+    }
+
+
+_PEAK = """
+import resource, sys
+from otel_rollout.batch_age import BATCH_AGE_EVENTS, batch_age_by_step
+from otel_rollout.reader import read_events
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+steps = batch_age_by_step(read_events(sys.argv[1], kinds=BATCH_AGE_EVENTS))
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024, len(steps))
+"""
+
+
+def peak_memory(path: Path) -> tuple[float, int]:
+    """MB of resident memory batch_age_by_step adds, in a fresh process, and the step count."""
+    out = subprocess.run(
+        [sys.executable, "-c", _PEAK, str(path)], capture_output=True, text=True, check=True
+    )
+    mb, steps = out.stdout.split()
+    return float(mb), int(steps)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--lines", type=int, help="lines in the reader benchmark's trace")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    args = parser.parse_args()
+    lines = args.lines or (20_000 if args.quick else 1_000_000)
+    rounds = 20 if args.quick else 400
+    drain_n = 20_000 if args.quick else 300_000
+    seconds = 0.3 if args.quick else 3.0
+
+    figures: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        print(f"python {sys.version.split()[0]}; trace of {lines:,} lines", file=sys.stderr)
+        print("emit cost ...", file=sys.stderr)
+        figures["emit_ns"] = emit_cost(tmp, rounds)
+        print("drain throughput ...", file=sys.stderr)
+        figures["drain_events_per_s"] = drain_throughput(tmp, drain_n)
+        for rate in (1000, 10000):
+            print(f"latency at {rate}/s ...", file=sys.stderr)
+            figures[f"latency_ms_{rate}"] = latency(tmp, rate, seconds)
+        print("writing the synthetic trace ...", file=sys.stderr)
+        trace = synthetic_trace(tmp / "big.jsonl", lines, runs=3)
+        size_mb = trace.stat().st_size / 1e6
+        print("reader throughput ...", file=sys.stderr)
+        figures["reader_lines_per_s"] = reader_throughput(trace, lines)
+        figures["peak_mb"], steps = peak_memory(trace)
+    _table(figures, lines, size_mb, steps)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+
+
+def _table(f: dict[str, Any], lines: int, size_mb: float, steps: int) -> None:
+    y, o = "yardstick", "otel-rollout"
+    rows = [
+        ("emit, caller ns/event (median)", f["emit_ns"][y], f["emit_ns"][o], "{:,.0f}", "lower"),
+        (
+            "drain, events/s",
+            f["drain_events_per_s"][y],
+            f["drain_events_per_s"][o],
+            "{:,.0f}",
+            "higher",
+        ),
+    ]
+    for rate in (1000, 10000):
+        lat = f[f"latency_ms_{rate}"]
+        rows.append((f"emit→file p50 ms @ {rate:,}/s", lat[y][0], lat[o][0], "{:.2f}", "lower"))
+        rows.append((f"emit→file p99 ms @ {rate:,}/s", lat[y][1], lat[o][1], "{:.2f}", "lower"))
+    r = f["reader_lines_per_s"]
+    rows.append(
+        (
+            "read every event, lines/s",
+            r["yardstick read (loads every line)"],
+            r["read_events"],
+            "{:,.0f}",
+            "higher",
+        )
+    )
+    rows.append(
+        (
+            "batch age per step, lines/s",
+            r["yardstick batch age (loads every line)"],
+            r["batch_age_by_step (kinds pre-filter)"],
+            "{:,.0f}",
+            "higher",
+        )
+    )
+    print("\n| measure | yardstick | otel-rollout | otel-rollout / yardstick |")
+    print("|---|---:|---:|---:|")
+    for name, yv, ov, fmt, _better in rows:
+        print(f"| {name} | {fmt.format(yv)} | {fmt.format(ov)} | {ov / yv:.2f}× |")
+    print(
+        f"\nbatch_age_by_step on {lines:,} lines ({size_mb:,.0f} MB, {steps:,} steps): "
+        f"peak memory +{f['peak_mb']:.1f} MB above the interpreter's baseline "
+        f"(max RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB here)"
+    )
+
+
+if __name__ == "__main__":
+    main()
