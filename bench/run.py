@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
 import subprocess
 import sys
@@ -65,20 +64,19 @@ def emit_cost(tmp: Path, rounds: int, per_round: int = 1000) -> dict[str, float]
     return {name: statistics.median(s) for name, s in samples.items()}
 
 
-def drain_throughput(tmp: Path, events: int) -> dict[str, float]:
-    """Events per second from the first emit until flush returns (best of three)."""
-    best: dict[str, float] = {}
-    for rep in range(3):
+def drain_throughput(tmp: Path, events: int, reps: int = 7) -> dict[str, float]:
+    """Events per second from the first emit until flush returns (median of interleaved runs)."""
+    rates: dict[str, list[float]] = {name: [] for name in DESIGNS}
+    for rep in range(reps):
         for name, make in DESIGNS.items():
             writer = make(tmp / f"drain-{name}-{rep}.jsonl")
             start = time.perf_counter()
             for i in range(events):
                 writer.emit("attempt.dispatch", i=i, **FIELDS)
             writer.flush()
-            rate = events / (time.perf_counter() - start)
+            rates[name].append(events / (time.perf_counter() - start))
             writer.close()
-            best[name] = max(best.get(name, 0.0), rate)
-    return best
+    return {name: statistics.median(r) for name, r in rates.items()}
 
 
 def latency(tmp: Path, rate: int, seconds: float) -> dict[str, tuple[float, float]]:
@@ -131,22 +129,28 @@ def reader_throughput(path: Path, lines: int) -> dict[str, float]:
 
 
 _PEAK = """
-import resource, sys
+import sys
 from otel_rollout.batch_age import BATCH_AGE_EVENTS, batch_age_by_step
 from otel_rollout.reader import read_events
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+def high_water_mb():  # VmHWM, unlike ru_maxrss, is not inherited across exec
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM"):
+            return int(line.split()[1]) / 1024
+
+base = high_water_mb()
 steps = batch_age_by_step(read_events(sys.argv[1], kinds=BATCH_AGE_EVENTS))
-print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024, len(steps))
+print(high_water_mb() - base, base, len(steps))
 """
 
 
-def peak_memory(path: Path) -> tuple[float, int]:
-    """MB of resident memory batch_age_by_step adds, in a fresh process, and the step count."""
+def peak_memory(path: Path) -> tuple[float, float, int]:
+    """MB of resident memory batch_age_by_step adds in a fresh process, its baseline, steps."""
     out = subprocess.run(
         [sys.executable, "-c", _PEAK, str(path)], capture_output=True, text=True, check=True
     )
-    mb, steps = out.stdout.split()
-    return float(mb), int(steps)
+    added, base, steps = out.stdout.split()
+    return float(added), float(base), int(steps)
 
 
 def main() -> None:
@@ -176,7 +180,7 @@ def main() -> None:
         size_mb = trace.stat().st_size / 1e6
         print("reader throughput ...", file=sys.stderr)
         figures["reader_lines_per_s"] = reader_throughput(trace, lines)
-        figures["peak_mb"], steps = peak_memory(trace)
+        figures["peak_mb"], figures["baseline_mb"], steps = peak_memory(trace)
     _table(figures, lines, size_mb, steps)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
@@ -223,8 +227,8 @@ def _table(f: dict[str, Any], lines: int, size_mb: float, steps: int) -> None:
         print(f"| {name} | {fmt.format(yv)} | {fmt.format(ov)} | {ov / yv:.2f}× |")
     print(
         f"\nbatch_age_by_step on {lines:,} lines ({size_mb:,.0f} MB, {steps:,} steps): "
-        f"peak memory +{f['peak_mb']:.1f} MB above the interpreter's baseline "
-        f"(max RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB here)"
+        f"peak memory +{f['peak_mb']:.1f} MB above a fresh interpreter's "
+        f"{f['baseline_mb']:.0f} MB"
     )
 
 

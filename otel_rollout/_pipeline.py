@@ -139,10 +139,10 @@ class Pipeline:
         get = self._queue.get
         qsize = self._queue.qsize
         stopping = False
+        max_batch = self._max_batch
         while not stopping:
-            items = [get()]
-            for _ in range(min(qsize(), self._max_batch - 1)):
-                items.append(get())
+            waiting = qsize()
+            items = [get() for _ in range(min(waiting, max_batch))] if waiting else [get()]
             try:
                 stopping = self._process(items)
             except Exception:  # never let the writer die: the controller relies on it

@@ -24,6 +24,7 @@ __all__ = [
     "FieldType",
     "json_schema",
     "json_schema_text",
+    "markdown_reference",
     "problems",
     "shipped_json_schema",
 ]
@@ -92,7 +93,7 @@ COUNT = FieldType(
     {"type": "integer", "minimum": 0},
 )
 VERSION = FieldType(
-    "weight version (integer ≥ 0)",
+    "version (integer ≥ 0)",
     lambda v: _need(_is_int(v) and v >= 0, "a weight version (an integer ≥ 0)"),
     {"type": "integer", "minimum": 0},
 )
@@ -327,6 +328,25 @@ def shipped_json_schema() -> dict[str, Any]:
     """The JSON Schema file installed with the package."""
     text = resources.files("otel_rollout").joinpath("schema.json").read_bytes()
     return orjson.loads(text)
+
+
+def markdown_reference() -> str:
+    """The field reference of docs/schema.md, rendered from :data:`EVENTS`."""
+    rows = [
+        "| event | required fields | optional fields | meaning |",
+        "|---|---|---|---|",
+    ]
+
+    def fields(spec: Mapping[str, FieldType]) -> str:
+        return "<br>".join(f"`{name}` ({ftype.name})" for name, ftype in spec.items()) or "—"
+
+    common = fields(COMMON_FIELDS)
+    rows.append(f"| *every line* | {common} | any other field (kept by readers) | |")
+    for name, kind in EVENTS.items():
+        rows.append(
+            f"| `{name}` | {fields(kind.required)} | {fields(kind.optional)} | {kind.doc} |"
+        )
+    return "\n".join(rows) + "\n"
 
 
 def json_schema_text() -> bytes:

@@ -132,3 +132,16 @@ class TestJsonSchema:
         b.sealed_group("g", {1: 2})
         b.step(0, 1, ["g"])
         assert all(problems(e) == [] for e in b.events)
+
+
+class TestDocs:
+    def test_docs_schema_md_matches_the_table(self):
+        """docs/schema.md's field reference is exactly what the schema table renders."""
+        from pathlib import Path
+
+        from otel_rollout.schema import markdown_reference
+
+        doc = (Path(__file__).parent.parent / "docs" / "schema.md").read_text()
+        begin = doc.index("-->\n", doc.index("BEGIN GENERATED")) + 4
+        end = doc.index("<!-- END GENERATED")
+        assert doc[begin:end] == markdown_reference()
