@@ -1,9 +1,10 @@
 """The background engine: one queue, one thread, a list of exporters.
 
 The caller's side is a closure made once (:func:`Pipeline.make_emit`) that
-does a ``qsize`` check and a ``SimpleQueue.put`` of ``(t, event, fields)``;
-everything else (building the event dict, encoding, I/O, spans, metrics)
-happens on the background thread.  The first exporter is the canonical log:
+builds the event dict (the time stamp, ``run_id``, ``event`` and the fields)
+and puts it on a ``SimpleQueue``: the same work as the plain design, so the
+writer is left with only what it must do.  Encoding, I/O, spans and metrics
+happen on the background thread.  The first exporter is the canonical log:
 what it cannot write, and what the full queue turned away, is reported in the
 log itself as ``trace.dropped`` once it accepts writes again.
 """
@@ -11,7 +12,6 @@ log itself as ``trace.dropped`` once it accepts writes again.
 from __future__ import annotations
 
 import logging
-import operator
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -24,7 +24,6 @@ from .exporters import EventExporter
 _log = logging.getLogger("otel_rollout")
 
 RESERVED = ("t", "run_id", "event")
-_fields = operator.itemgetter(2)
 _STOP = object()
 
 Emit = Callable[..., None]
@@ -70,29 +69,36 @@ class Pipeline:
         self._queue: SimpleQueue[Any] = SimpleQueue()
         self._lock = threading.Lock()
         self._unreported_drops = 0
+        self._markers = 0  # flush markers and the stop sentinel queued, not yet taken
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="otel-rollout-writer", daemon=True)
         self._thread.start()
 
     def make_emit(self) -> Emit:
-        """The caller's hot path: stamp the time and enqueue, or count a drop."""
+        """The caller's hot path: stamp the event and enqueue it, or count a drop."""
         put = self._queue.put
         qsize = self._queue.qsize
         capacity = self._capacity
         now = time.time
         on_full = self._count_queue_full
+        rename = self._rename_reserved
+        run_id = self.run_id
 
-        def emit(event: str, /, **fields: Any) -> None:
+        def emit(name: str, /, **fields: Any) -> None:
+            t = now()
+            event = {"t": t, "run_id": run_id, "event": name, **fields}
+            if len(event) != len(fields) + 3:  # a field named t, run_id or event
+                event = rename(t, name, fields)
             if qsize() < capacity:
-                put((now(), event, fields))
+                put(event)
             else:
                 on_full()
 
         return emit
 
-    def submit(self, t: float, event: str, fields: dict[str, Any]) -> None:
+    def submit(self, event: dict[str, Any]) -> None:
         """Enqueue an event the trace itself makes (``run.start``), past the capacity check."""
-        self._queue.put((t, event, fields))
+        self._queue.put(event)
 
     def _count_queue_full(self) -> None:
         with self._lock:
@@ -104,6 +110,8 @@ class Pipeline:
         if self._closed or not self._thread.is_alive():
             return not self._thread.is_alive()
         done = threading.Event()
+        with self._lock:
+            self._markers += 1
         self._queue.put(done)
         deadline = None if timeout is None else time.monotonic() + timeout
         while not done.wait(0.05):
@@ -119,6 +127,7 @@ class Pipeline:
             if self._closed:
                 return True
             self._closed = True
+            self._markers += 1
         self._queue.put(_STOP)
         self._thread.join(timeout)
         if self._thread.is_alive():
@@ -159,32 +168,20 @@ class Pipeline:
 
     def _process(self, items: list[Any]) -> bool:
         """Export the events among ``items``, then release flush waiters; True on stop."""
-        run_id = self.run_id
-        try:  # the common batch: only events, no caller field named like a reserved key
-            events = [{"t": t, "run_id": run_id, "event": n, **f} for t, n, f in items]
-            if sum(map(len, events)) == sum(map(len, map(_fields, items))) + 3 * len(events):
-                self._export(events)
-                return False
-        except (TypeError, ValueError):  # a flush marker or the stop sentinel is in the batch
-            pass
-        return self._process_carefully(items)
-
-    def _process_carefully(self, items: list[Any]) -> bool:
-        run_id = self.run_id
-        events: list[dict[str, Any]] = []
-        waiters: list[threading.Event] = []
-        stopping = False
+        if not self._markers:
+            if items:
+                self._export(items)
+            return False
+        events, waiters, stopping = [], [], False
         for item in items:
-            if item.__class__ is tuple:
-                t, name, fields = item
-                event = {"t": t, "run_id": run_id, "event": name, **fields}
-                if len(event) != len(fields) + 3:
-                    event = self._rename_reserved(t, name, fields)
-                events.append(event)
+            if item.__class__ is dict:
+                events.append(item)
             elif item is _STOP:
                 stopping = True
             else:
                 waiters.append(item)
+        with self._lock:
+            self._markers -= len(waiters) + stopping
         if events:
             self._export(events)
         for waiter in waiters:
@@ -193,7 +190,8 @@ class Pipeline:
 
     def _rename_reserved(self, t: float, name: str, fields: dict[str, Any]) -> dict[str, Any]:
         """Reserved keys win; a caller's ``t``/``run_id``/``event`` field is kept as ``t_`` etc."""
-        self.stats.renamed_fields += 1
+        with self._lock:
+            self.stats.renamed_fields += 1
         event: dict[str, Any] = {"t": t, "run_id": self.run_id, "event": name}
         for key, value in fields.items():
             event[key + "_" if key in RESERVED else key] = value

@@ -117,7 +117,10 @@ class RolloutTrace:
         }
         if self._config_fields:
             fields["config"] = self._config_fields
-        self._pipeline.submit(time.time(), "run.start", fields)
+        assert self.run_id is not None
+        self._pipeline.submit(
+            {"t": time.time(), "run_id": self.run_id, "event": "run.start", **fields}
+        )
 
     @property
     def enabled(self) -> bool:
