@@ -104,6 +104,17 @@ class TestSimulateCommand:
         assert proc.returncode == 0, proc.stderr
 
     def test_bad_parameters_are_usage_errors(self, cli, tmp_path):
-        """--steps 0 or --speed -1 are refused with exit 2."""
-        assert cli("simulate", "--steps", "0").returncode == 2
-        assert cli("simulate", "--speed", "-1").returncode == 2
+        """Out-of-range parameters are refused with exit 2."""
+        for bad in (
+            ["--steps", "0"],
+            ["--speed", "-1"],
+            ["--error-rate", "1.5"],
+            ["--max-lag", "-1"],
+        ):
+            proc = cli("simulate", "--log-dir", str(tmp_path), *bad)
+            assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+    def test_a_batch_larger_than_admission_is_refused(self, cli, tmp_path):
+        """A batch that admission can never fill is a usage error, not a hang."""
+        proc = cli("simulate", "--log-dir", str(tmp_path), "--groups-per-step", "20")
+        assert proc.returncode == 2 and "can never be met" in proc.stderr

@@ -8,6 +8,7 @@ import math
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,48 +56,26 @@ def _add_options(parser: argparse.ArgumentParser, default_dir: str = "runs/sim")
         default=Path(default_dir),
         help=f"where to write (default {default_dir})",
     )
-    parser.add_argument("--steps", type=_positive, default=_DEFAULTS.steps, help="optimizer steps")
-    parser.add_argument(
-        "--groups-per-step",
-        type=_positive,
-        default=_DEFAULTS.groups_per_step,
-        help="groups per batch",
-    )
-    parser.add_argument(
-        "--group-size", type=_positive, default=_DEFAULTS.group_size, help="generations per prompt"
-    )
-    parser.add_argument(
-        "--max-lag",
-        type=int,
-        default=_DEFAULTS.max_lag,
-        help="staleness limit: most policy updates a group may lag the trained version",
-    )
-    parser.add_argument(
-        "--max-groups-in-flight",
-        type=_positive,
-        default=_DEFAULTS.max_groups_in_flight,
-        help="admission capacity: groups reserved but not yet trained",
-    )
-    parser.add_argument(
-        "--engine-slots",
-        type=_positive,
-        default=_DEFAULTS.engine_slots,
-        help="concurrent engine calls",
-    )
-    parser.add_argument(
-        "--checkpoint-every",
-        type=int,
-        default=_DEFAULTS.checkpoint_every,
-        help="steps between checkpoints",
-    )
-    parser.add_argument(
-        "--error-rate", type=float, default=_DEFAULTS.error_rate, help="attempts that fail"
-    )
-    parser.add_argument("--seed", type=int, default=_DEFAULTS.seed, help="random seed")
-    parser.add_argument(
-        "--speed", type=_speed, default=_DEFAULTS.speed, help="run N times faster than real time"
-    )
+    for name, parse, text in _SIM_OPTIONS:
+        default = getattr(_DEFAULTS, name)
+        parser.add_argument(
+            "--" + name.replace("_", "-"), type=parse, default=default, help=f"{text} ({default})"
+        )
     parser.add_argument("--quiet", action="store_true", help="no progress display")
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -111,6 +90,20 @@ def _speed(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
     return value
+
+
+_SIM_OPTIONS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
+    ("steps", _positive, "optimizer steps"),
+    ("groups_per_step", _positive, "groups per training batch"),
+    ("group_size", _positive, "generations per prompt"),
+    ("max_lag", _non_negative, "staleness limit: most updates a group may lag the trained version"),
+    ("max_groups_in_flight", _positive, "admission capacity: groups reserved, not yet trained"),
+    ("engine_slots", _positive, "concurrent engine calls"),
+    ("checkpoint_every", _non_negative, "steps between checkpoints, 0 for none"),
+    ("error_rate", _fraction, "share of attempts that fail and are retried"),
+    ("seed", int, "random seed"),
+    ("speed", _speed, "run this many times faster than real time"),
+)
 
 
 def _config(args: argparse.Namespace) -> SimConfig:
@@ -149,6 +142,11 @@ class _ProgressLine:
 
 def _run(args: argparse.Namespace) -> int:
     config = _config(args)
+    if config.groups_per_step > config.max_groups_in_flight:
+        raise CliError(
+            f"--groups-per-step {config.groups_per_step} can never be met with "
+            f"--max-groups-in-flight {config.max_groups_in_flight}"
+        )
     progress = _ProgressLine(config.steps, args.quiet)
     try:
         result = simulate(args.log_dir, config, on_progress=progress)
