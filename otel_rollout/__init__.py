@@ -17,6 +17,7 @@ from .batch_age import (
     tokens_by_version,
 )
 from .exporters import EventExporter, JsonlExporter
+from .otel import OtelSettings, configure
 from .reader import EventReader, read_events
 from .schema import SCHEMA_VERSION
 
@@ -42,12 +43,14 @@ __all__ = [
     "EventExporter",
     "EventReader",
     "JsonlExporter",
+    "OtelSettings",
     "RefitCuts",
     "RolloutTrace",
     "StepAge",
     "__version__",
     "batch_age_by_step",
     "batch_age_group_metrics",
+    "configure",
     "pop_batch_age",
     "read_events",
     "step_ages",

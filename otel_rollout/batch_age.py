@@ -21,6 +21,7 @@ __all__ = [
     "BATCH_AGE_EVENTS",
     "BATCH_AGE_TOKENS_METRIC",
     "BATCH_AGE_VERSION_SUM_METRIC",
+    "LiveBatchAge",
     "RefitCuts",
     "StepAge",
     "batch_age",
@@ -280,6 +281,38 @@ def _step_age(step: dict[str, Any], groups: dict[str, dict[int, int]]) -> StepAg
         t=step["t"],
         logged_batch_age=step["batch_age"],
     )
+
+
+class LiveBatchAge:
+    """Batch age as events arrive, with the same code as :func:`step_ages`.
+
+    The live counterpart for a running process: feed it every event; a
+    ``train.step`` returns that step's :class:`StepAge`.  Trained and discarded
+    groups are forgotten, so memory is bounded by the groups in flight.
+    """
+
+    def __init__(self, on_malformed: OnMalformed | None = None) -> None:
+        self._groups: dict[str, dict[int, int]] = {}
+        self._report = on_malformed or _log_malformed
+
+    def observe(self, event: dict[str, Any]) -> StepAge | None:
+        kind = event.get("event")
+        try:
+            if kind == "group.seal":
+                _apply_seal(self._groups, event)
+            elif kind == "train.step":
+                step = _step_fields(event)
+                row = _step_age(step, self._groups)
+                for group_id in step["group_ids"]:
+                    self._groups.pop(group_id, None)
+                return row
+            elif kind == "group.discard":
+                self._groups.pop(event.get("group_id"), None)  # type: ignore[arg-type]
+        except KeyError as exc:
+            self._report(event, f"missing field {exc.args[0]!r}")
+        except (TypeError, ValueError) as exc:
+            self._report(event, str(exc))
+        return None
 
 
 def step_ages(

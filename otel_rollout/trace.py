@@ -13,6 +13,7 @@ unchanged with ``from otel_rollout import trace``.  Run it on a file
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import socket
 import sys
@@ -21,7 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from . import config
+from . import config, otel
 from ._pipeline import Pipeline, PipelineStats
 from .batch_age import (
     BATCH_AGE_TOKENS_METRIC,
@@ -53,6 +54,8 @@ __all__ = [
 
 ROLLOUT_TRACE_FILENAME = "rollout_trace.jsonl"
 
+_log = logging.getLogger("otel_rollout")
+
 
 def new_run_id() -> str:
     """A run ID unique across processes, hosts and time."""
@@ -72,6 +75,11 @@ class RolloutTrace:
     events waiting to be written (``OTEL_ROLLOUT_QUEUE_SIZE``); past it, events
     are dropped, counted and reported in the file as ``trace.dropped``.
     ``exporters`` receive every event too, on the same background thread.
+
+    Spans and metrics are built on that thread when configured: by the
+    standard ``OTEL_*`` variables, :func:`otel_rollout.configure`, or keyword
+    arguments here (any field of :class:`~otel_rollout.otel.OtelSettings`,
+    e.g. ``endpoint=``, ``metrics={"prometheus"}``, ``tracer_provider=``).
     """
 
     def __init__(
@@ -81,6 +89,7 @@ class RolloutTrace:
         capacity: int | None = None,
         exporters: tuple[EventExporter, ...] | list[EventExporter] = (),
         config_fields: dict[str, Any] | None = None,
+        **otel_options: Any,
     ) -> None:
         self.path: Path | None = None
         self.run_id: str | None = None
@@ -95,9 +104,10 @@ class RolloutTrace:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.run_id = new_run_id()
+        self.otel = otel.settings(**otel_options)
         self._pipeline = Pipeline(
             self.run_id,
-            [JsonlExporter(path), *exporters],
+            [JsonlExporter(path), *exporters, *_otel_exporters(self.run_id, self.otel)],
             capacity=config.QUEUE_SIZE.resolve(capacity),
             max_batch=config.MAX_BATCH.resolve(),
         )
@@ -177,6 +187,14 @@ class RolloutTrace:
         self._pipeline.restart_in_child(self.run_id)
         self.emit = self._pipeline.make_emit()  # type: ignore[method-assign]
         self._submit_run_start(parent_run_id=parent)
+
+
+def _otel_exporters(run_id: str, chosen: otel.OtelSettings) -> list[EventExporter]:
+    try:
+        return otel.build_exporters(run_id, chosen)
+    except Exception as exc:  # a bad endpoint must not stop training; the log still works
+        _log.error("otel-rollout: spans and metrics are off: %s", exc)
+        return []
 
 
 #: Open traces, held until closed so that interpreter exit can write what they queued.

@@ -30,7 +30,8 @@ def add_parser(commands: Any) -> None:
             "refits the engine after every optimizer step while calls keep running, discards "
             "groups past the staleness limit, trains steps and publishes checkpoints. Every "
             "event goes through RolloutTrace into LOG_DIR/rollout_trace.jsonl; at the end the "
-            "per-step batch age table is printed and checked against the live values."
+            "per-step batch age table is printed and checked against the live values. "
+            "Spans and metrics follow the standard OTEL_* variables (see the README)."
         ),
     )
     _add_options(sim)
@@ -62,6 +63,14 @@ def _add_options(parser: argparse.ArgumentParser, default_dir: str = "runs/sim")
             "--" + name.replace("_", "-"), type=parse, default=default, help=f"{text} ({default})"
         )
     parser.add_argument("--quiet", action="store_true", help="no progress display")
+    parser.add_argument(
+        "--hold",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="keep the trace and its metrics endpoint open this long after the run, "
+        "so Prometheus scrapes the final values",
+    )
 
 
 def _non_negative(text: str) -> int:
@@ -149,7 +158,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     progress = _ProgressLine(config.steps, args.quiet)
     try:
-        result = simulate(args.log_dir, config, on_progress=progress)
+        result = simulate(args.log_dir, config, on_progress=progress, hold=args.hold)
     except OSError as exc:
         raise CliError(f"cannot write to {args.log_dir}: {exc.strerror or exc}") from exc
     finally:

@@ -7,9 +7,11 @@ and a worked example of what a real controller must emit and when.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..trace import ROLLOUT_TRACE_FILENAME, RolloutTrace
 from ._controller import Controller, SimConfig, SimStatus
@@ -32,17 +34,28 @@ def simulate(
     config: SimConfig | None = None,
     *,
     on_progress: Callable[[SimStatus], None] | None = None,
+    hold: float = 0.0,
+    **otel_options: Any,
 ) -> SimResult:
-    """Run one simulated training run, appending to ``log_dir/rollout_trace.jsonl``."""
+    """Run one simulated training run, appending to ``log_dir/rollout_trace.jsonl``.
+
+    ``hold`` keeps the trace (and a metrics endpoint) open that many seconds
+    after the last step, so a scraper collects the final values.
+    ``otel_options`` go to :class:`RolloutTrace` (spans and metrics).
+    """
     config = config or SimConfig()
     log_dir.mkdir(parents=True, exist_ok=True)
     trace = RolloutTrace(
         log_dir / ROLLOUT_TRACE_FILENAME,
         config_fields={"simulated": True, "steps": config.steps, "seed": config.seed},
+        **otel_options,
     )
     try:
         controller = Controller(trace, config, log_dir, on_progress)
         status = asyncio.run(controller.run())
+        if hold > 0:
+            trace.flush()
+            time.sleep(hold)
     finally:
         trace.close()
     assert trace.path is not None and trace.run_id is not None

@@ -1,0 +1,215 @@
+"""Build the OpenTelemetry SDK objects that :mod:`otel_rollout.otel` settings ask for."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    ConsoleMetricExporter,
+    MetricReader,
+    PeriodicExportingMetricReader,
+)
+from opentelemetry.sdk.metrics.view import View
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    ConsoleSpanExporter,
+    SpanExporter,
+    SpanExportResult,
+)
+
+from .metrics import MetricsExporter
+from .otel import DEFAULT_SERVICE_NAME, OtelSettings
+from .spans import SpanBuilder
+
+_log = logging.getLogger("otel_rollout")
+
+SCOPE = "otel_rollout"
+
+
+def resource(run_id: str, chosen: OtelSettings) -> Resource:
+    """``service.instance.id`` = the run; ``service.name`` and OTEL_RESOURCE_ATTRIBUTES as set."""
+    attrs: dict[str, Any] = {**chosen.resource_attributes, "service.instance.id": run_id}
+    if chosen.service_name:
+        attrs["service.name"] = chosen.service_name
+    made = Resource.create(attrs)
+    if made.attributes.get("service.name", "").startswith("unknown_service"):
+        made = made.merge(Resource({"service.name": DEFAULT_SERVICE_NAME}))
+    return made
+
+
+class CountingSpanExporter(SpanExporter):
+    """Passes spans on; counts (and logs once) the ones the backend did not take."""
+
+    def __init__(self, inner: SpanExporter) -> None:
+        self.inner = inner
+        self.exported = 0
+        self.failed = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        try:
+            result = self.inner.export(spans)
+        except Exception as exc:  # an exporter bug must not stop the batch processor
+            _log.warning("otel-rollout: span export raised %s", exc)
+            result = SpanExportResult.FAILURE
+        if result is SpanExportResult.SUCCESS:
+            self.exported += len(spans)
+        else:
+            if not self.failed:
+                _log.warning("otel-rollout: spans could not be exported; dropping and counting")
+            self.failed += len(spans)
+        return result
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+def _otlp_span_exporter(chosen: OtelSettings) -> SpanExporter:
+    if chosen.protocol == "http/protobuf":
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        endpoint = _http_endpoint(chosen.endpoint, "traces")
+        return OTLPSpanExporter(endpoint=endpoint)
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+        OTLPSpanExporter as GrpcSpanExporter,
+    )
+
+    return GrpcSpanExporter(endpoint=chosen.endpoint, insecure=_insecure(chosen.endpoint))
+
+
+def _http_endpoint(endpoint: str | None, signal: str) -> str | None:
+    if endpoint is None:
+        return None  # the exporter reads OTEL_EXPORTER_OTLP_ENDPOINT and appends the path
+    return endpoint.rstrip("/") + f"/v1/{signal}"
+
+
+def _insecure(endpoint: str | None) -> bool | None:
+    return None if endpoint is None else endpoint.startswith("http://")
+
+
+def span_builder(run_id: str, chosen: OtelSettings) -> SpanBuilder:
+    """A span builder exporting through the user's provider or one of ours."""
+    if chosen.tracer_provider is not None:
+        provider = chosen.tracer_provider
+        tracer = provider.get_tracer(SCOPE)
+        return SpanBuilder(lambda _: tracer, on_shutdown=lambda: provider.force_flush())
+    owned = TracerProvider(resource=resource(run_id, chosen))
+    exporter = ConsoleSpanExporter() if chosen.traces == "console" else _otlp_span_exporter(chosen)
+    counting = CountingSpanExporter(exporter)
+    owned.add_span_processor(BatchSpanProcessor(counting))
+    tracer = owned.get_tracer(SCOPE)
+    builder = SpanBuilder(lambda _: tracer, on_shutdown=owned.shutdown)
+    builder.span_exporter = counting  # type: ignore[attr-defined]
+    return builder
+
+
+def _metric_readers(chosen: OtelSettings) -> tuple[list[MetricReader], Callable[[], None]]:
+    readers: list[MetricReader] = []
+    stops: list[Callable[[], None]] = []
+    if "otlp" in chosen.metrics:
+        if chosen.protocol == "http/protobuf":
+            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+            exporter: Any = OTLPMetricExporter(endpoint=_http_endpoint(chosen.endpoint, "metrics"))
+        else:
+            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+                OTLPMetricExporter as GrpcMetricExporter,
+            )
+
+            exporter = GrpcMetricExporter(
+                endpoint=chosen.endpoint, insecure=_insecure(chosen.endpoint)
+            )
+        readers.append(PeriodicExportingMetricReader(exporter))
+    if "console" in chosen.metrics:
+        readers.append(PeriodicExportingMetricReader(ConsoleMetricExporter()))
+    if "prometheus" in chosen.metrics:
+        reader, stop = _prometheus_reader(chosen)
+        if reader is not None:
+            readers.append(reader)
+            stops.append(stop)
+
+    def stop_all() -> None:
+        for stop in stops:
+            stop()
+
+    return readers, stop_all
+
+
+def _prometheus_reader(chosen: OtelSettings) -> tuple[MetricReader | None, Callable[[], None]]:
+    """A Prometheus reader with its own registry, served on host:port (127.0.0.1 by default)."""
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    registry = CollectorRegistry()
+    try:
+        served = start_http_server(
+            chosen.prometheus_port, addr=chosen.prometheus_host, registry=registry
+        )
+    except OSError as exc:
+        _log.error(
+            "otel-rollout: cannot serve Prometheus metrics on %s:%d (%s); not serving them",
+            chosen.prometheus_host,
+            chosen.prometheus_port,
+            exc,
+        )
+        return None, lambda: None
+    server = served[0] if isinstance(served, tuple) else None
+
+    def stop() -> None:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+    return PrometheusMetricReader(registry=registry), stop
+
+
+def metrics_exporter(run_id: str, chosen: OtelSettings) -> MetricsExporter:
+    """A metrics exporter on the user's meter provider or one of ours."""
+    if chosen.meter_provider is not None:
+        provider = chosen.meter_provider
+        return MetricsExporter(provider.get_meter(SCOPE), on_shutdown=provider.force_flush)
+    readers, stop_servers = _metric_readers(chosen)
+    views = [
+        View(instrument_name=name, attribute_keys={"outcome", "reason"})
+        for name in ("rollout.attempts", "rollout.groups")
+    ] + [View(instrument_name="rollout.tokens.trained", attribute_keys={"age"})]
+    owned = MeterProvider(resource=resource(run_id, chosen), metric_readers=readers, views=views)
+
+    def shutdown() -> None:
+        owned.shutdown()
+        stop_servers()
+
+    return MetricsExporter(owned.get_meter(SCOPE), on_shutdown=shutdown)
+
+
+class Replay:
+    """Replays events through one :class:`SpanBuilder`, one tracer provider per run."""
+
+    def __init__(self, chosen: OtelSettings) -> None:
+        self.chosen = chosen
+        self.runs: dict[str, tuple[TracerProvider, CountingSpanExporter]] = {}
+        self.builder = SpanBuilder(self._tracer_for)
+
+    def _tracer_for(self, run_id: str) -> Any:
+        if run_id not in self.runs:
+            provider = TracerProvider(resource=resource(run_id, self.chosen))
+            counting = CountingSpanExporter(_otlp_span_exporter(self.chosen))
+            provider.add_span_processor(BatchSpanProcessor(counting))
+            self.runs[run_id] = (provider, counting)
+        return self.runs[run_id][0].get_tracer(SCOPE)
+
+    def finish(self) -> tuple[int, int]:
+        """End what the file left open, send everything; (spans sent, spans not sent)."""
+        self.builder.end_open_spans(reason="run.stopped")
+        for provider, _ in self.runs.values():
+            provider.shutdown()
+        exported = sum(c.exported for _, c in self.runs.values())
+        failed = sum(c.failed for _, c in self.runs.values())
+        return exported, failed

@@ -1,0 +1,95 @@
+"""Rollout metrics, computed from events on the background thread.
+
+:class:`MetricsExporter` is an exporter of the pipeline.  Batch age comes
+from :class:`~otel_rollout.batch_age.LiveBatchAge`, the same code the
+offline reader uses, so the gauge equals ``batch_age_by_step`` for every
+step.  The step number is a gauge of its own, never a label: unbounded label
+values are a Prometheus anti-pattern.
+
+Instruments are listed in :data:`INSTRUMENTS`.  In Prometheus a name's dots
+become underscores and counters gain ``_total``: ``rollout.batch_age`` is
+``rollout_batch_age``, ``rollout.attempts`` is
+``rollout_attempts_total{outcome,reason}``, ``rollout.tokens.trained`` is
+``rollout_tokens_trained_total{age}`` with ages ``0``, ``1``, ``2``, ``3+``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from opentelemetry.metrics import Meter
+
+from .batch_age import AGE_BUCKETS, LiveBatchAge
+
+__all__ = ["AGE_LABELS", "INSTRUMENTS", "MetricsExporter"]
+
+AGE_LABELS = {a: str(a) for a in AGE_BUCKETS[:-1]} | {AGE_BUCKETS[-1]: f"{AGE_BUCKETS[-1]}+"}
+
+#: Every instrument: name → (kind, unit, description).  The dashboards and tests read this.
+INSTRUMENTS: dict[str, tuple[str, str, str]] = {
+    "rollout.batch_age": ("gauge", "{update}", "Batch age of the last step trained"),
+    "rollout.step": ("gauge", "{step}", "The last step trained"),
+    "rollout.trained_version": ("gauge", "{version}", "Policy version the last step updated"),
+    "rollout.weight_version": ("gauge", "{version}", "Weight version installed in the engine"),
+    "rollout.tokens.trained": ("counter", "{token}", "Trained tokens by age"),
+    "rollout.attempts": ("counter", "{attempt}", "Attempts ended, by outcome and reason"),
+    "rollout.groups": ("counter", "{group}", "Groups ended, by outcome and reason"),
+    "rollout.refits": ("counter", "{refit}", "Weight syncs into the engine"),
+    "rollout.refit.paused_calls": ("counter", "{call}", "Running calls paused by a refit"),
+    "rollout.trace.events": ("counter", "{event}", "Trace events exported"),
+    "rollout.trace.dropped": ("counter", "{event}", "Trace events dropped"),
+}
+
+_OUTCOMES = {
+    "attempt.seal": ("rollout.attempts", "sealed"),
+    "attempt.refuse": ("rollout.attempts", "refused"),
+    "attempt.abandon": ("rollout.attempts", "abandoned"),
+    "group.seal": ("rollout.groups", "sealed"),
+    "group.discard": ("rollout.groups", "discarded"),
+}
+
+
+class MetricsExporter:
+    """Updates the rollout instruments of ``meter`` from each batch of events."""
+
+    def __init__(self, meter: Meter, on_shutdown: Callable[[], None] | None = None) -> None:
+        self._on_shutdown = on_shutdown
+        self._live = LiveBatchAge()
+        self._i: dict[str, Any] = {}
+        for name, (kind, unit, description) in INSTRUMENTS.items():
+            create = meter.create_gauge if kind == "gauge" else meter.create_counter
+            self._i[name] = create(name, unit=unit, description=description)
+
+    def export(self, events: Sequence[dict[str, Any]]) -> int:
+        i = self._i
+        i["rollout.trace.events"].add(len(events))
+        for event in events:
+            kind = event.get("event")
+            outcome = _OUTCOMES.get(kind)  # type: ignore[arg-type]
+            if outcome is not None:
+                name, label = outcome
+                i[name].add(1, {"outcome": label, "reason": str(event.get("reason", ""))})
+            row = self._live.observe(event)
+            if row is not None:
+                self._record_step(row)
+            elif kind == "weights.sync":
+                i["rollout.refits"].add(1)
+                i["rollout.refit.paused_calls"].add(len(event.get("cuts") or ()))
+                i["rollout.weight_version"].set(event["new_version"])
+            elif kind == "trace.dropped":
+                i["rollout.trace.dropped"].add(event.get("count", 0))
+        return 0
+
+    def _record_step(self, row: Any) -> None:
+        i = self._i
+        i["rollout.step"].set(row.step)
+        i["rollout.trained_version"].set(row.trained_version)
+        if row.batch_age is not None:
+            i["rollout.batch_age"].set(row.batch_age)
+        for age, n in row.tokens_by_age.items():
+            i["rollout.tokens.trained"].add(n, {"age": AGE_LABELS[age]})
+
+    def shutdown(self) -> None:
+        if self._on_shutdown is not None:
+            self._on_shutdown()

@@ -1,0 +1,191 @@
+"""OpenTelemetry configuration: which spans and metrics leave the process, and how.
+
+Nothing leaves by default: the embedded default is the JSONL file alone.
+The standard variables turn export on, as in the SDK's auto-configuration:
+
+==================================  ==========================================================
+``OTEL_SDK_DISABLED``               ``true``: no spans, no metrics, whatever else is set
+``OTEL_TRACES_EXPORTER``            ``otlp``, ``console`` or ``none``
+``OTEL_METRICS_EXPORTER``           any of ``otlp``, ``prometheus``, ``console``; or ``none``
+``OTEL_EXPORTER_OTLP_ENDPOINT``     setting it alone turns OTLP export of spans and metrics on
+``OTEL_EXPORTER_OTLP_PROTOCOL``     ``grpc`` (default) or ``http/protobuf``
+``OTEL_EXPORTER_PROMETHEUS_HOST``   scrape endpoint address (default ``127.0.0.1``)
+``OTEL_EXPORTER_PROMETHEUS_PORT``   scrape endpoint port (default ``9464``)
+``OTEL_SERVICE_NAME``               ``service.name`` (default ``otel-rollout``)
+``OTEL_RESOURCE_ATTRIBUTES``        more resource attributes, ``k=v,k=v``
+==================================  ==========================================================
+
+The SDK's own variables (``OTEL_EXPORTER_OTLP_HEADERS``, ``OTEL_BSP_*``,
+``OTEL_METRIC_EXPORT_INTERVAL``, ...) are read by the SDK as usual.  In code,
+:func:`configure` sets defaults for every trace opened afterwards; keyword
+arguments of :class:`~otel_rollout.trace.RolloutTrace` win over both.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .exporters import EventExporter
+
+__all__ = ["OtelSettings", "build_exporters", "configure", "settings"]
+
+_log = logging.getLogger("otel_rollout")
+
+DEFAULT_SERVICE_NAME = "otel-rollout"
+_TRACE_EXPORTERS = {"otlp", "console", "none"}
+_METRIC_EXPORTERS = {"otlp", "prometheus", "console", "none"}
+
+
+@dataclass(frozen=True)
+class OtelSettings:
+    """Where spans and metrics go.  ``enabled`` false means neither is built."""
+
+    enabled: bool = True
+    traces: str = "none"
+    metrics: frozenset[str] = frozenset()
+    endpoint: str | None = None
+    protocol: str = "grpc"
+    prometheus_host: str = "127.0.0.1"
+    prometheus_port: int = 9464
+    service_name: str | None = None
+    tracer_provider: Any = None
+    meter_provider: Any = None
+    resource_attributes: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def active(self) -> bool:
+        """Whether anything beyond the JSONL file is produced."""
+        wants = self.traces != "none" or self.metrics or self.tracer_provider or self.meter_provider
+        return self.enabled and bool(wants)
+
+
+_defaults: dict[str, Any] = {}
+
+
+def configure(**options: Any) -> None:
+    """Set defaults (any :class:`OtelSettings` field) for traces opened after this call.
+
+    ``configure(endpoint="http://collector:4317")`` exports spans and metrics
+    over OTLP; ``configure(metrics={"prometheus"})`` serves a scrape endpoint;
+    ``configure(tracer_provider=tp, meter_provider=mp)`` uses yours;
+    ``configure()`` with no arguments forgets earlier calls.
+    """
+    _check_names("configure()", options)
+    if not options:
+        _defaults.clear()
+    _defaults.update(_normalize(options))
+
+
+def settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> OtelSettings:
+    """The settings in force: the environment, then :func:`configure`, then ``overrides``."""
+    _check_names("OpenTelemetry settings", overrides)
+    env = os.environ if environ is None else environ
+    endpoint = env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get(
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+    )
+    traces = _choice(env, "OTEL_TRACES_EXPORTER", _TRACE_EXPORTERS)
+    metrics = _choices(env, "OTEL_METRICS_EXPORTER", _METRIC_EXPORTERS)
+    base = OtelSettings(
+        enabled=env.get("OTEL_SDK_DISABLED", "").strip().lower() != "true",
+        traces=traces if traces is not None else ("otlp" if endpoint else "none"),
+        metrics=metrics if metrics is not None else frozenset({"otlp"} if endpoint else ()),
+        endpoint=None,  # the SDK's exporters read the variable themselves
+        protocol=_protocol(env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")),
+        prometheus_host=env.get("OTEL_EXPORTER_PROMETHEUS_HOST") or "127.0.0.1",
+        prometheus_port=_port(env.get("OTEL_EXPORTER_PROMETHEUS_PORT"), 9464),
+        service_name=env.get("OTEL_SERVICE_NAME") or None,
+    )
+    chosen = {**_defaults, **_normalize({k: v for k, v in overrides.items() if v is not None})}
+    if "endpoint" in chosen and "traces" not in chosen and traces is None:
+        chosen["traces"] = "otlp"
+    if "endpoint" in chosen and "metrics" not in chosen and metrics is None:
+        chosen["metrics"] = frozenset({"otlp"})
+    return replace(base, **chosen)
+
+
+def _check_names(where: str, options: Mapping[str, Any]) -> None:
+    unknown = set(options) - set(OtelSettings.__dataclass_fields__)
+    if unknown:
+        known = ", ".join(sorted(OtelSettings.__dataclass_fields__))
+        raise TypeError(f"{where}: unknown options {sorted(unknown)}; known: {known}")
+
+
+def _normalize(options: dict[str, Any]) -> dict[str, Any]:
+    out = dict(options)
+    if "metrics" in out and not isinstance(out["metrics"], frozenset):
+        value = out["metrics"]
+        out["metrics"] = frozenset([value] if isinstance(value, str) else value) - {"none"}
+    if "protocol" in out:
+        out["protocol"] = _protocol(out["protocol"])
+    return out
+
+
+def _choice(env: Mapping[str, str], name: str, allowed: set[str]) -> str | None:
+    values = _choices(env, name, allowed)
+    if values is None:
+        return None
+    return next(iter(sorted(values)), "none")
+
+
+def _choices(env: Mapping[str, str], name: str, allowed: set[str]) -> frozenset[str] | None:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return None
+    values = {v.strip().lower() for v in raw.split(",") if v.strip()}
+    unknown = values - allowed
+    if unknown:
+        _log.warning("ignoring %s values %s (known: %s)", name, sorted(unknown), sorted(allowed))
+    return frozenset(values & allowed - {"none"})
+
+
+def _protocol(raw: str) -> str:
+    value = raw.strip().lower()
+    if value in ("http", "http/protobuf"):
+        return "http/protobuf"
+    if value != "grpc":
+        _log.warning("unsupported OTLP protocol %r; using grpc", raw)
+    return "grpc"
+
+
+def _port(raw: str | None, default: int) -> int:
+    if not raw:
+        return default
+    try:
+        port = int(raw)
+        if 0 <= port < 65536:
+            return port
+    except ValueError:
+        pass
+    _log.warning("ignoring OTEL_EXPORTER_PROMETHEUS_PORT=%r; using %d", raw, default)
+    return default
+
+
+def build_exporters(run_id: str, chosen: OtelSettings) -> list[EventExporter]:
+    """The span builder and metrics exporter for one run, as ``chosen`` asks."""
+    if not chosen.active:
+        return []
+    from . import _providers  # the SDK is imported only when something is exported
+
+    exporters: list[EventExporter] = []
+    if chosen.traces != "none" or chosen.tracer_provider is not None:
+        exporters.append(_providers.span_builder(run_id, chosen))
+    if chosen.metrics or chosen.meter_provider is not None:
+        exporters.append(_providers.metrics_exporter(run_id, chosen))
+    return exporters
+
+
+def describe(chosen: OtelSettings) -> Sequence[str]:
+    """One line per destination, for the CLI to say where things go."""
+    if not chosen.active:
+        return ["spans and metrics: off (JSONL only)"]
+    lines = []
+    if chosen.traces != "none":
+        lines.append(f"spans: {chosen.traces} {chosen.protocol} {chosen.endpoint or '(from env)'}")
+    for m in sorted(chosen.metrics):
+        where = f"{chosen.prometheus_host}:{chosen.prometheus_port}" if m == "prometheus" else ""
+        lines.append(f"metrics: {m} {where}".rstrip())
+    return lines

@@ -1,0 +1,241 @@
+"""Rollout lifecycles as OpenTelemetry spans, built from events on the background thread.
+
+:class:`SpanBuilder` is an exporter of the pipeline (and of ``otel-rollout
+export``, which replays a file through it).  Every span's start and end are
+the ``t`` of the events that opened and closed it, so a span built live and
+one built from the file a week later are the same.
+
+* **group** (``rollout.group``): ``group.reserve`` → ``group.seal`` /
+  ``group.discard``; the root of one trace per prompt group.
+* **attempt** (``rollout.attempt``): child of its group, ``attempt.dispatch``
+  or ``attempt.resume`` → ``attempt.seal`` / ``attempt.refuse`` /
+  ``attempt.abandon``; every refit that paused one of its calls is a
+  ``refit`` span event at the refit's time.
+* **train step**, **weight sync**, **checkpoint publish/restore**: spans of
+  their own; a train step links to every group it trained.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from opentelemetry import trace as otel_trace
+from opentelemetry.trace import Link, SpanContext, Status, StatusCode
+
+__all__ = ["ERROR_REASONS", "SpanBuilder", "attributes"]
+
+#: Reasons that mark an abandoned attempt or a discarded group as an error.
+ERROR_REASONS = frozenset({"error", "failed", "timeout", "crash"})
+
+_NS = 1_000_000_000
+#: Most group contexts (for train-step links) and call cuts held at once.
+_MEMORY = 100_000
+
+_SEMCONV = {"tokens": "gen_ai.usage.output_tokens"}
+_SUMMARIZED = {"calls": "rollout.calls.count", "cuts": "rollout.refit.paused_calls"}
+_SKIP = {"t", "event"}
+
+
+def _ns(t: float) -> int:
+    return round(t * _NS)
+
+
+def attributes(event: dict[str, Any]) -> dict[str, Any]:
+    """An event's fields as span attributes: ``rollout.<field>``, with semantic-convention
+    names where one exists; nested values are summarized or kept as JSON text."""
+    attrs: dict[str, Any] = {}
+    for key, value in event.items():
+        if key in _SKIP:
+            continue
+        if key in _SUMMARIZED and isinstance(value, list):
+            attrs[_SUMMARIZED[key]] = len(value)
+            continue
+        name = "rollout.run.id" if key == "run_id" else f"rollout.{key}"
+        if isinstance(value, (bool, int, float, str)):
+            attrs[name] = value
+            if key in _SEMCONV:
+                attrs[_SEMCONV[key]] = value
+        elif isinstance(value, list) and all(isinstance(v, (bool, int, float, str)) for v in value):
+            if len({type(v) for v in value}) <= 1:
+                attrs[name] = value
+            else:
+                attrs[name] = json.dumps(value)
+        elif value is not None:
+            attrs[name] = json.dumps(value, default=str)
+    return attrs
+
+
+class SpanBuilder:
+    """Turns rollout events into spans through ``tracer_for(run_id)``.
+
+    ``tracer_for`` gives the tracer of a run (its resource carries
+    ``service.instance.id`` = the run's ID); a live trace has one run, a
+    replayed file may have several.  ``on_shutdown`` runs after open spans
+    are ended (to flush and shut down the providers).
+    """
+
+    def __init__(
+        self,
+        tracer_for: Callable[[str], otel_trace.Tracer],
+        on_shutdown: Callable[[], None] | None = None,
+    ) -> None:
+        self._tracer_for = tracer_for
+        self._on_shutdown = on_shutdown
+        self._groups: dict[str, otel_trace.Span] = {}
+        self._attempts: dict[str, otel_trace.Span] = {}
+        self._group_contexts: OrderedDict[str, SpanContext] = OrderedDict()
+        self._cuts: OrderedDict[str, list[tuple[int, dict[str, Any]]]] = OrderedDict()
+        self._last_t: dict[str, float] = {}
+        self.spans_started = 0
+        self._handlers: dict[str, Callable[[dict[str, Any]], None]] = {
+            "run.start": self._run_start,
+            "group.reserve": self._group_reserve,
+            "group.admit": self._group_admit,
+            "group.seal": self._group_end,
+            "group.discard": self._group_end,
+            "attempt.dispatch": self._attempt_start,
+            "attempt.resume": self._attempt_start,
+            "attempt.seal": self._attempt_end,
+            "attempt.refuse": self._attempt_end,
+            "attempt.abandon": self._attempt_end,
+            "weights.sync": self._weights_sync,
+            "train.step": self._train_step,
+            "checkpoint.publish": self._instant,
+            "checkpoint.restore": self._instant,
+        }
+
+    # The exporter protocol.
+
+    def export(self, events: Sequence[dict[str, Any]]) -> int:
+        for event in events:
+            handler = self._handlers.get(event.get("event"))  # type: ignore[arg-type]
+            if handler is not None:
+                self._last_t[event["run_id"]] = event["t"]
+                handler(event)
+        return 0
+
+    def shutdown(self) -> None:
+        """End every span still open (its run ended first), then flush the providers."""
+        self.end_open_spans(reason="trace.close")
+        if self._on_shutdown is not None:
+            self._on_shutdown()
+
+    def end_open_spans(self, reason: str, run_id: str | None = None) -> None:
+        """End the open spans (of ``run_id``, or all) at their run's last event."""
+        for spans in (self._attempts, self._groups):
+            for key, span in list(spans.items()):
+                run = span.attributes.get("rollout.run.id") if hasattr(span, "attributes") else None
+                if run_id is not None and run != run_id:
+                    continue
+                span.set_attribute("rollout.ended_by", reason)
+                span.end(end_time=_ns(self._last_t.get(run, 0.0)) if run else None)
+                del spans[key]
+
+    # Handlers, one per event kind.
+
+    def _tracer(self, event: dict[str, Any]) -> otel_trace.Tracer:
+        return self._tracer_for(event["run_id"])
+
+    def _start(
+        self,
+        name: str,
+        event: dict[str, Any],
+        *,
+        start: float | None = None,
+        parent: otel_trace.Span | None = None,
+        links: Sequence[Link] = (),
+    ) -> otel_trace.Span:
+        context = otel_trace.set_span_in_context(parent) if parent is not None else None
+        self.spans_started += 1
+        return self._tracer(event).start_span(
+            name,
+            context=context,
+            attributes=attributes(event),
+            links=links,
+            start_time=_ns(event["t"] if start is None else start),
+        )
+
+    def _run_start(self, event: dict[str, Any]) -> None:
+        # A new process resumed into the file: what the earlier runs left open stays open forever.
+        for run_id in list(self._last_t):
+            if run_id != event["run_id"]:
+                self.end_open_spans(reason="run.stopped", run_id=run_id)
+
+    def _group_reserve(self, event: dict[str, Any]) -> None:
+        span = self._start("rollout.group", event, parent=otel_trace.INVALID_SPAN)
+        self._groups[event["group_id"]] = span
+
+    def _group_admit(self, event: dict[str, Any]) -> None:
+        span = self._groups.get(event["group_id"])
+        if span is not None:
+            span.add_event("admit", timestamp=_ns(event["t"]))
+
+    def _group_end(self, event: dict[str, Any]) -> None:
+        span = self._groups.pop(event["group_id"], None)
+        if span is None:
+            return
+        outcome = "sealed" if event["event"] == "group.seal" else "discarded"
+        span.set_attributes({**attributes(event), "rollout.outcome": outcome})
+        if event.get("reason") in ERROR_REASONS:
+            span.set_status(Status(StatusCode.ERROR, event["reason"]))
+        if outcome == "sealed":
+            self._remember(self._group_contexts, event["group_id"], span.get_span_context())
+        span.end(end_time=_ns(event["t"]))
+
+    def _attempt_start(self, event: dict[str, Any]) -> None:
+        span = self._start("rollout.attempt", event, parent=self._groups.get(event["group_id"]))
+        self._attempts[event["attempt_id"]] = span
+
+    def _attempt_end(self, event: dict[str, Any]) -> None:
+        kind = event["event"]
+        span = self._attempts.pop(event["attempt_id"], None)
+        if span is None:  # refused before it ran: a span of no duration
+            span = self._start("rollout.attempt", event, parent=self._groups.get(event["group_id"]))
+        outcome = {"attempt.seal": "sealed", "attempt.refuse": "refused"}.get(kind, "abandoned")
+        span.set_attributes({**attributes(event), "rollout.outcome": outcome})
+        for call in event.get("calls") or ():
+            for t_ns, attrs in self._cuts.pop(str(call[0]), ()):
+                span.add_event("refit", attributes=attrs, timestamp=t_ns)
+        if event.get("reason") in ERROR_REASONS:
+            span.set_status(Status(StatusCode.ERROR, event["reason"]))
+        span.end(end_time=_ns(event["t"]))
+
+    def _weights_sync(self, event: dict[str, Any]) -> None:
+        duration = event.get("duration_s") or 0.0
+        span = self._start("rollout.weights.sync", event, start=event["t"] - duration)
+        span.end(end_time=_ns(event["t"]))
+        t_ns = _ns(event["t"] - duration)
+        for cut in event.get("cuts") or ():
+            attrs = {
+                "rollout.call.id": str(cut[0]),
+                "rollout.refit.tokens_so_far": cut[1],
+                "rollout.refit.replaced_version": event["replaced_version"],
+                "rollout.refit.new_version": event["new_version"],
+            }
+            self._remember(self._cuts, str(cut[0]), [(t_ns, attrs)], append=True)
+
+    def _train_step(self, event: dict[str, Any]) -> None:
+        links = [
+            Link(self._group_contexts[g])
+            for g in event.get("group_ids") or ()
+            if g in self._group_contexts
+        ]
+        duration = event.get("duration_s") or 0.0
+        span = self._start("rollout.train.step", event, start=event["t"] - duration, links=links)
+        span.end(end_time=_ns(event["t"]))
+
+    def _instant(self, event: dict[str, Any]) -> None:
+        name = "rollout." + event["event"]
+        self._start(name, event).end(end_time=_ns(event["t"]))
+
+    @staticmethod
+    def _remember(store: OrderedDict[str, Any], key: str, value: Any, append: bool = False) -> None:
+        if append and key in store:
+            store[key].extend(value)
+        else:
+            store[key] = value
+        if len(store) > _MEMORY:
+            store.popitem(last=False)
