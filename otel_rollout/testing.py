@@ -3,6 +3,8 @@
 * :class:`InMemoryExporter` collects every event the pipeline exports.
 * :class:`TraceBuilder` writes small, exact trace files for analyses to read.
 * :func:`synthetic_trace` writes a large, realistic one quickly (benchmarks).
+* :class:`OtlpReceiver` is a real OTLP endpoint (gRPC or HTTP) on 127.0.0.1
+  that keeps the spans and metrics sent to it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,15 @@ import orjson
 
 from .schema import SCHEMA_VERSION
 
-__all__ = ["InMemoryExporter", "TraceBuilder", "synthetic_trace"]
+__all__ = ["InMemoryExporter", "OtlpReceiver", "TraceBuilder", "synthetic_trace"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "OtlpReceiver":  # imports grpc, so only when asked for
+        from ._receiver import OtlpReceiver
+
+        return OtlpReceiver
+    raise AttributeError(f"module 'otel_rollout.testing' has no attribute {name!r}")
 
 
 class InMemoryExporter:

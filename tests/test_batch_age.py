@@ -277,8 +277,11 @@ class TestLiveBatchAge:
     @settings(max_examples=100)
     @given(
         groups=st.lists(st.one_of(st.none(), _counts), min_size=1, max_size=8),
-        steps=st.lists(st.tuples(st.integers(0, 40), st.lists(st.integers(0, 7), max_size=4)),
-                       min_size=1, max_size=8),
+        steps=st.lists(
+            st.tuples(st.integers(0, 40), st.lists(st.integers(0, 7), max_size=4)),
+            min_size=1,
+            max_size=8,
+        ),
     )
     def test_live_tracker_equals_the_offline_reader(self, groups, steps):
         """Fed events one by one, the live tracker gives each step the offline value."""
