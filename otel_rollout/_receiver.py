@@ -61,12 +61,12 @@ class OtlpReceiver:
         receiver = self
 
         class Traces(trace_service_pb2_grpc.TraceServiceServicer):
-            def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 - gRPC's name
+            def Export(self, request: Any, context: Any) -> Any:
                 receiver._keep(receiver.trace_requests, request)
                 return trace_service_pb2.ExportTraceServiceResponse()
 
         class Metrics(metrics_service_pb2_grpc.MetricsServiceServicer):
-            def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 - gRPC's name
+            def Export(self, request: Any, context: Any) -> Any:
                 receiver._keep(receiver.metric_requests, request)
                 return metrics_service_pb2.ExportMetricsServiceResponse()
 
@@ -93,7 +93,7 @@ class OtlpReceiver:
         }
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:
                 route = routes.get(self.path)
                 if route is None:
                     self.send_error(404)

@@ -14,11 +14,14 @@ import random
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from .schema import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    from ._receiver import OtlpReceiver
 
 __all__ = ["InMemoryExporter", "OtlpReceiver", "TraceBuilder", "synthetic_trace"]
 

@@ -96,7 +96,7 @@ class TestLiveRun:
 
     def test_train_steps_link_to_their_groups(self, live):
         """A train.step span links to the span of every group it trained."""
-        spans, events = live
+        spans, _ = live
         groups = {s.attributes["rollout.group_id"]: s for s in spans if s.name == "rollout.group"}
         steps = [s for s in spans if s.name == "rollout.train.step"]
         assert len(steps) == 6
