@@ -60,6 +60,7 @@ class MetricsExporter:
         for name, (kind, unit, description) in INSTRUMENTS.items():
             create = meter.create_gauge if kind == "gauge" else meter.create_counter
             self._i[name] = create(name, unit=unit, description=description)
+        self._i["rollout.trace.dropped"].add(0)  # present (as 0) before the first drop
 
     def export(self, events: Sequence[dict[str, Any]]) -> int:
         i = self._i

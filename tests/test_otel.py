@@ -1,0 +1,84 @@
+"""OpenTelemetry settings: the standard variables, configure(), and keyword arguments."""
+
+from __future__ import annotations
+
+import pytest
+
+import otel_rollout
+from otel_rollout.otel import settings
+
+
+@pytest.fixture(autouse=True)
+def forget_configure():
+    yield
+    otel_rollout.configure()
+
+
+class TestFromEnvironment:
+    def test_nothing_set_means_nothing_exported(self):
+        """The embedded default is the JSONL file alone."""
+        s = settings({})
+        assert not s.active and s.traces == "none" and s.metrics == frozenset()
+
+    def test_endpoint_alone_turns_otlp_on(self):
+        """OTEL_EXPORTER_OTLP_ENDPOINT alone exports spans and metrics over OTLP (grpc)."""
+        s = settings({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317"})
+        assert (s.traces, s.metrics, s.protocol) == ("otlp", frozenset({"otlp"}), "grpc")
+
+    def test_exporter_choices(self):
+        """OTEL_TRACES_EXPORTER / OTEL_METRICS_EXPORTER pick exporters; none turns one off."""
+        s = settings(
+            {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318",
+                "OTEL_TRACES_EXPORTER": "none",
+                "OTEL_METRICS_EXPORTER": "prometheus,otlp",
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            }
+        )
+        assert s.traces == "none" and s.metrics == {"prometheus", "otlp"}
+        assert s.protocol == "http/protobuf"
+
+    def test_sdk_disabled_wins(self):
+        """OTEL_SDK_DISABLED=true turns everything off."""
+        s = settings({"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c"})
+        assert not s.active
+
+    def test_prometheus_address(self):
+        """The scrape endpoint is 127.0.0.1:9464 unless the variables say otherwise."""
+        assert (settings({}).prometheus_host, settings({}).prometheus_port) == ("127.0.0.1", 9464)
+        s = settings(
+            {"OTEL_EXPORTER_PROMETHEUS_HOST": "0.0.0.0", "OTEL_EXPORTER_PROMETHEUS_PORT": "9999"}
+        )
+        assert (s.prometheus_host, s.prometheus_port) == ("0.0.0.0", 9999)
+
+    def test_bad_values_warn_and_fall_back(self, caplog):
+        """A malformed port or unknown exporter is logged; defaults are used."""
+        s = settings({"OTEL_EXPORTER_PROMETHEUS_PORT": "lots", "OTEL_METRICS_EXPORTER": "zipkin"})
+        assert s.prometheus_port == 9464 and s.metrics == frozenset()
+        assert "OTEL_EXPORTER_PROMETHEUS_PORT" in caplog.text and "zipkin" in caplog.text
+
+
+class TestInCode:
+    def test_configure_then_keywords_win(self):
+        """configure() sets defaults; keyword arguments override them."""
+        otel_rollout.configure(metrics={"prometheus"}, prometheus_port=1234)
+        assert settings({}).metrics == {"prometheus"}
+        assert settings({}, prometheus_port=99).prometheus_port == 99
+
+    def test_endpoint_in_code_turns_otlp_on(self):
+        """An endpoint given in code turns OTLP export on, like the variable."""
+        s = settings({}, endpoint="http://127.0.0.1:4317")
+        assert s.traces == "otlp" and s.metrics == {"otlp"}
+
+    def test_unknown_options_are_a_clear_error(self):
+        """A misspelt option names the known ones instead of being ignored."""
+        with pytest.raises(TypeError, match="endpointt"):
+            otel_rollout.configure(endpointt="x")
+        with pytest.raises(TypeError, match="known:"):
+            settings({}, prometheus="yes")
+
+    def test_configure_without_arguments_resets(self):
+        """configure() with no arguments forgets earlier calls."""
+        otel_rollout.configure(metrics={"prometheus"})
+        otel_rollout.configure()
+        assert not settings({}).active
