@@ -1,4 +1,5 @@
-"""Run as a separate process: tail a trace file and print each event's emit-to-file latency.
+"""Run as a separate process: tail a trace file and print each event's emit-to-file latency
+(every event but run.start).
 
 Stops at the first ``bench.end`` event, then prints the latencies (seconds) as JSON.
 """
@@ -30,7 +31,7 @@ def main() -> None:
             if event["event"] == "bench.end":
                 sys.stdout.write(orjson.dumps(latencies).decode())
                 return
-            if event["event"] == "bench.tick":
+            if event["event"] != "run.start":
                 latencies.append(now - event["t"])
 
 

@@ -26,6 +26,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import with_otel  # noqa: E402
 from yardstick import PlainWriter, plain_read  # noqa: E402
 
 from otel_rollout.batch_age import BATCH_AGE_EVENTS, batch_age_by_step  # noqa: E402
@@ -79,24 +80,32 @@ def drain_throughput(tmp: Path, events: int, reps: int = 7) -> dict[str, float]:
     return {name: statistics.median(r) for name, r in rates.items()}
 
 
-def latency(tmp: Path, rate: int, seconds: float) -> dict[str, tuple[float, float]]:
+def latency(
+    tmp: Path,
+    rate: int,
+    seconds: float,
+    makers: dict[str, Writer] = DESIGNS,
+    events: list[tuple[str, dict[str, Any]]] | None = None,
+) -> dict[str, tuple[float, float]]:
     """p50/p99 ms from emit to the line being readable, tailed by another process."""
+    per_ms = max(1, rate // 1000)
+    ticks = int(seconds * 1000)
+    events = events or [("bench.tick", FIELDS)] * (ticks * per_ms)
     result = {}
-    for name, make in DESIGNS.items():
-        path = tmp / f"latency-{name}-{rate}.jsonl"
+    for name, make in makers.items():
+        path = tmp / f"latency-{name}-{rate}-{len(events)}-{time.monotonic_ns()}.jsonl"
         tail = subprocess.Popen(
             [sys.executable, str(HERE / "_tail.py"), str(path)], stdout=subprocess.PIPE
         )
         writer = make(path)
         time.sleep(0.3)  # the tail process is up and polling
-        per_ms = max(1, rate // 1000)
         start = time.perf_counter()
-        for tick in range(int(seconds * 1000)):
+        for tick in range(ticks):
             target = start + tick / 1000
             while (now := time.perf_counter()) < target:
                 time.sleep(min(target - now, 0.0005))
-            for _ in range(per_ms):
-                writer.emit("bench.tick", **FIELDS)
+            for kind, fields in events[tick * per_ms : (tick + 1) * per_ms]:
+                writer.emit(kind, **fields)
         writer.emit("bench.end")
         writer.close()
         out, _ = tail.communicate(timeout=60)
@@ -175,6 +184,16 @@ def main() -> None:
         for rate in (1000, 10000):
             print(f"latency at {rate}/s ...", file=sys.stderr)
             figures[f"latency_ms_{rate}"] = latency(tmp, rate, seconds)
+        print("with spans and metrics over OTLP ...", file=sys.stderr)
+        receiver = with_otel.Receiver()
+        try:
+            makers = with_otel.designs(receiver.endpoint)
+            figures["otel_emit_ns"] = with_otel.emit_cost(tmp, makers, rounds)
+            figures["otel_events_per_s"] = with_otel.throughput(tmp, makers, drain_n // 3)
+            mix = with_otel.mixed_events(int(seconds * 1000) * 10)
+            figures["otel_latency_ms_10000"] = latency(tmp, 10000, seconds, makers, mix)
+        finally:
+            figures["otel_spans_received"] = receiver.close()
         print("writing the synthetic trace ...", file=sys.stderr)
         trace = synthetic_trace(tmp / "big.jsonl", lines, runs=3)
         size_mb = trace.stat().st_size / 1e6
@@ -221,6 +240,35 @@ def _table(f: dict[str, Any], lines: int, size_mb: float, steps: int) -> None:
             "higher",
         )
     )
+    o2 = "otel-rollout + spans + metrics"
+    rows.append(
+        (
+            "with OTLP spans+metrics: emit ns/event (median)",
+            f["otel_emit_ns"][y],
+            f["otel_emit_ns"][o2],
+            "{:,.0f}",
+            "lower",
+        )
+    )
+    rows.append(
+        (
+            "with OTLP spans+metrics: events/s through the pipeline",
+            f["otel_events_per_s"][y],
+            f["otel_events_per_s"][o2],
+            "{:,.0f}",
+            "higher",
+        )
+    )
+    lat = f["otel_latency_ms_10000"]
+    rows.append(
+        (
+            "with OTLP spans+metrics: emit→file p99 ms @ 10,000/s",
+            lat[y][1],
+            lat[o2][1],
+            "{:.2f}",
+            "lower",
+        )
+    )
     print("\n| measure | yardstick | otel-rollout | otel-rollout / yardstick |")
     print("|---|---:|---:|---:|")
     for name, yv, ov, fmt, _better in rows:
@@ -230,6 +278,7 @@ def _table(f: dict[str, Any], lines: int, size_mb: float, steps: int) -> None:
         f"peak memory +{f['peak_mb']:.1f} MB above a fresh interpreter's "
         f"{f['baseline_mb']:.0f} MB"
     )
+    print(f"spans received by the OTLP receiver process: {f['otel_spans_received']:,}")
 
 
 if __name__ == "__main__":

@@ -42,6 +42,32 @@ def resource(run_id: str, chosen: OtelSettings) -> Resource:
     return made
 
 
+class _QueueFullDrops(logging.Filter):
+    """Counts the SDK batch processor's "Queue full, dropping" warnings, letting one through.
+
+    The SDK keeps no count of the spans it drops when its queue is full; it logs
+    a warning per span, which would flood a training job's log under overload.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith("Queue full, dropping"):
+            return True
+        self.count += 1
+        if self.count == 1:
+            record.msg = "Queue full, dropping %s (further drops are counted, not logged)."
+            return True
+        return False
+
+
+QUEUE_FULL_DROPS = _QueueFullDrops()
+# First in line: the SDK's own DuplicateFilter would hide repeats from a filter after it.
+logging.getLogger("opentelemetry.sdk._shared_internal").filters.insert(0, QUEUE_FULL_DROPS)
+
+
 class CountingSpanExporter(SpanExporter):
     """Passes spans on; counts (and logs once) the ones the backend did not take."""
 
@@ -105,7 +131,20 @@ def span_builder(run_id: str, chosen: OtelSettings) -> SpanBuilder:
     counting = CountingSpanExporter(exporter)
     owned.add_span_processor(BatchSpanProcessor(counting))
     tracer = owned.get_tracer(SCOPE)
-    builder = SpanBuilder(lambda _: tracer, on_shutdown=owned.shutdown)
+    dropped_before = QUEUE_FULL_DROPS.count
+
+    def shutdown() -> None:
+        owned.shutdown()
+        dropped = QUEUE_FULL_DROPS.count - dropped_before
+        if dropped or counting.failed:
+            _log.warning(
+                "otel-rollout: spans: %d sent, %d dropped (batch queue full), %d not accepted",
+                counting.exported,
+                dropped,
+                counting.failed,
+            )
+
+    builder = SpanBuilder(lambda _: tracer, on_shutdown=shutdown)
     builder.span_exporter = counting  # type: ignore[attr-defined]
     return builder
 

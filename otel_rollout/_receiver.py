@@ -33,13 +33,16 @@ def _attrs(key_values: Any) -> dict[str, Any]:
 class OtlpReceiver:
     """Receives OTLP spans and metrics on ``endpoint`` until closed.
 
-    ``protocol`` is ``"grpc"`` or ``"http/protobuf"``.  ``spans()`` gives
+    ``protocol`` is ``"grpc"`` or ``"http/protobuf"``; with ``keep=False`` it only
+    counts spans (``span_count``), for long benchmarks.  ``spans()`` gives
     ``(resource_attributes, span)`` pairs (``span`` is the protobuf message);
     ``metric_points(name)`` gives the data points of one metric.
     """
 
-    def __init__(self, protocol: str = "grpc") -> None:
+    def __init__(self, protocol: str = "grpc", *, keep: bool = True) -> None:
         self.protocol = protocol
+        self.keep = keep
+        self.span_count = 0
         self.trace_requests: list[trace_service_pb2.ExportTraceServiceRequest] = []
         self.metric_requests: list[metrics_service_pb2.ExportMetricsServiceRequest] = []
         self._lock = threading.Lock()
@@ -53,7 +56,12 @@ class OtlpReceiver:
 
     def _keep(self, store: list[Any], message: Any) -> None:
         with self._lock:
-            store.append(message)
+            if store is self.trace_requests:
+                self.span_count += sum(
+                    len(ss.spans) for rs in message.resource_spans for ss in rs.scope_spans
+                )
+            if self.keep:
+                store.append(message)
 
     def _start_grpc(self) -> None:
         import grpc

@@ -15,6 +15,7 @@ become underscores and counters gain ``_total``: ``rollout.batch_age`` is
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -65,12 +66,12 @@ class MetricsExporter:
     def export(self, events: Sequence[dict[str, Any]]) -> int:
         i = self._i
         i["rollout.trace.events"].add(len(events))
+        ended: Counter[tuple[str, str, str]] = Counter()  # one SDK call per outcome per batch
         for event in events:
             kind = event.get("event")
             outcome = _OUTCOMES.get(kind)  # type: ignore[arg-type]
             if outcome is not None:
-                name, label = outcome
-                i[name].add(1, {"outcome": label, "reason": str(event.get("reason", ""))})
+                ended[(*outcome, str(event.get("reason", "")))] += 1
             row = self._live.observe(event)
             if row is not None:
                 self._record_step(row)
@@ -80,6 +81,8 @@ class MetricsExporter:
                 i["rollout.weight_version"].set(event["new_version"])
             elif kind == "trace.dropped":
                 i["rollout.trace.dropped"].add(event.get("count", 0))
+        for (name, label, reason), n in ended.items():
+            i[name].add(n, {"outcome": label, "reason": reason})
         return 0
 
     def _record_step(self, row: Any) -> None:

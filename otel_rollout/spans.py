@@ -31,41 +31,53 @@ __all__ = ["ERROR_REASONS", "SpanBuilder", "attributes"]
 ERROR_REASONS = frozenset({"error", "failed", "timeout", "crash"})
 
 _NS = 1_000_000_000
-#: Most group contexts (for train-step links) and call cuts held at once.
+#: Most open spans of a kind, group contexts (for links) and call cuts held at once.
 _MEMORY = 100_000
 
 _SEMCONV = {"tokens": "gen_ai.usage.output_tokens"}
 _SUMMARIZED = {"calls": "rollout.calls.count", "cuts": "rollout.refit.paused_calls"}
-_SKIP = {"t", "event"}
+_SKIP = frozenset({"t", "event"})
+#: Fields a span already has from its start event; its end event only adds the rest.
+_IDENTITY = _SKIP | {"run_id", "group_id", "prompt_id", "attempt_id", "generation_index", "epoch"}
+_SCALARS = (str, int, float, bool)
+_NAMES: dict[str, str] = {"run_id": "rollout.run.id"}
 
 
 def _ns(t: float) -> int:
     return round(t * _NS)
 
 
-def attributes(event: dict[str, Any]) -> dict[str, Any]:
+def attributes(event: dict[str, Any], skip: frozenset[str] = _SKIP) -> dict[str, Any]:
     """An event's fields as span attributes: ``rollout.<field>``, with semantic-convention
     names where one exists; nested values are summarized or kept as JSON text."""
     attrs: dict[str, Any] = {}
     for key, value in event.items():
-        if key in _SKIP:
+        if key in skip:
             continue
-        if key in _SUMMARIZED and isinstance(value, list):
-            attrs[_SUMMARIZED[key]] = len(value)
-            continue
-        name = "rollout.run.id" if key == "run_id" else f"rollout.{key}"
-        if isinstance(value, (bool, int, float, str)):
+        cls = value.__class__
+        if cls in _SCALARS:
+            name = _NAMES.get(key)
+            if name is None:
+                name = _NAMES[key] = f"rollout.{key}"
             attrs[name] = value
             if key in _SEMCONV:
                 attrs[_SEMCONV[key]] = value
-        elif isinstance(value, list) and all(isinstance(v, (bool, int, float, str)) for v in value):
-            if len({type(v) for v in value}) <= 1:
-                attrs[name] = value
-            else:
-                attrs[name] = json.dumps(value)
+        elif cls is list and key in _SUMMARIZED:
+            attrs[_SUMMARIZED[key]] = len(value)
         elif value is not None:
-            attrs[name] = json.dumps(value, default=str)
+            attrs[f"rollout.{key}"] = _sequence_or_json(value)
     return attrs
+
+
+def _sequence_or_json(value: Any) -> Any:
+    """A list of one scalar type is an attribute as it is; anything else is JSON text."""
+    if (
+        isinstance(value, list)
+        and len({v.__class__ for v in value}) == 1
+        and value[0].__class__ in _SCALARS
+    ):
+        return value
+    return json.dumps(value, default=str)
 
 
 class SpanBuilder:
@@ -166,7 +178,7 @@ class SpanBuilder:
 
     def _group_reserve(self, event: dict[str, Any]) -> None:
         span = self._start("rollout.group", event, parent=otel_trace.INVALID_SPAN)
-        self._groups[event["group_id"]] = span
+        self._keep_open(self._groups, event["group_id"], span)
 
     def _group_admit(self, event: dict[str, Any]) -> None:
         span = self._groups.get(event["group_id"])
@@ -178,7 +190,7 @@ class SpanBuilder:
         if span is None:
             return
         outcome = "sealed" if event["event"] == "group.seal" else "discarded"
-        span.set_attributes({**attributes(event), "rollout.outcome": outcome})
+        span.set_attributes({**attributes(event, _IDENTITY), "rollout.outcome": outcome})
         if event.get("reason") in ERROR_REASONS:
             span.set_status(Status(StatusCode.ERROR, event["reason"]))
         if outcome == "sealed":
@@ -187,15 +199,27 @@ class SpanBuilder:
 
     def _attempt_start(self, event: dict[str, Any]) -> None:
         span = self._start("rollout.attempt", event, parent=self._groups.get(event["group_id"]))
-        self._attempts[event["attempt_id"]] = span
+        self._keep_open(self._attempts, event["attempt_id"], span)
+
+    @staticmethod
+    def _keep_open(spans: dict[str, otel_trace.Span], key: str, span: otel_trace.Span) -> None:
+        """Hold a span until its end event; past the bound, the oldest is ended as evicted."""
+        spans[key] = span
+        if len(spans) > _MEMORY:
+            oldest = next(iter(spans))
+            evicted = spans.pop(oldest)
+            evicted.set_attribute("rollout.ended_by", "evicted")
+            evicted.end()
 
     def _attempt_end(self, event: dict[str, Any]) -> None:
         kind = event["event"]
         span = self._attempts.pop(event["attempt_id"], None)
+        skip = _IDENTITY
         if span is None:  # refused before it ran: a span of no duration
             span = self._start("rollout.attempt", event, parent=self._groups.get(event["group_id"]))
+            skip = _SKIP
         outcome = {"attempt.seal": "sealed", "attempt.refuse": "refused"}.get(kind, "abandoned")
-        span.set_attributes({**attributes(event), "rollout.outcome": outcome})
+        span.set_attributes({**attributes(event, skip), "rollout.outcome": outcome})
         for call in event.get("calls") or ():
             for t_ns, attrs in self._cuts.pop(str(call[0]), ()):
                 span.add_event("refit", attributes=attrs, timestamp=t_ns)

@@ -172,3 +172,44 @@ class TestBuilder:
             tr.emit("group.reserve", group_id="g", prompt_id=0, size=1, weight_version=0)
         (span,) = memory.get_finished_spans()
         assert span.attributes["rollout.ended_by"] == "trace.close"
+
+
+class TestPipelineWithSpans:
+    def test_jsonl_is_the_same_bytes_with_opentelemetry_on_or_off(self, tmp_path):
+        """With a span builder on the pipeline, the file holds exactly the encoded events."""
+        from otel_rollout.exporters import encode_event
+        from otel_rollout.testing import InMemoryExporter
+
+        b = TraceBuilder()
+        b.sealed_group("g", {1: 5})
+        b.step(0, 2, ["g"], batch_age=1.0)
+        for name, provider in (("off", None), ("on", TracerProvider())):
+            memory = InMemoryExporter()
+            options = {} if provider is None else {"tracer_provider": provider}
+            with RolloutTrace(tmp_path / f"{name}.jsonl", exporters=[memory], **options) as tr:
+                for e in b.events[1:]:
+                    tr.emit(
+                        e["event"],
+                        **{k: v for k, v in e.items() if k not in ("t", "run_id", "event")},
+                    )
+            written = (tmp_path / f"{name}.jsonl").read_bytes()
+            assert written == b"".join(encode_event(e) for e in memory.events)
+
+    def test_a_dead_collector_does_not_slow_the_log(self, tmp_path, monkeypatch):
+        """With the OTLP endpoint refusing connections, every event still reaches the file
+        promptly, and the spans that could not be sent are counted."""
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            dead = s.getsockname()[1]  # closed when the block ends: connections are refused
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
+        monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+        tr = RolloutTrace(tmp_path / "t.jsonl", endpoint=f"http://127.0.0.1:{dead}", metrics=set())
+        for i in range(2000):
+            tr.emit("checkpoint.publish", step=i, weight_version=i)
+        tr.flush()
+        assert len((tmp_path / "t.jsonl").read_bytes().splitlines()) == 2001
+        builder = tr._pipeline._exporters[1]
+        tr.close()
+        assert builder.span_exporter.failed > 0 and builder.span_exporter.exported == 0

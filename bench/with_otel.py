@@ -1,0 +1,137 @@
+"""Benchmark rows with OpenTelemetry on: spans and metrics exported over OTLP (gRPC).
+
+The receiver runs in a separate process (decoding protobuf in this one would
+compete with the writer for the GIL).  The events are a realistic mix, so
+spans open and end as in a run: per group a reserve, an admit, eight attempt
+dispatches and seals with their calls, a group seal, and per four groups a
+train step and a weight sync.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from yardstick import PlainWriter
+
+from otel_rollout.trace import RolloutTrace
+
+Event = tuple[str, dict[str, Any]]
+
+_RECEIVER = """
+import sys, time
+from otel_rollout.testing import OtlpReceiver
+receiver = OtlpReceiver("grpc", keep=False)
+print(receiver.endpoint, flush=True)
+sys.stdin.read()  # until the benchmark closes our stdin
+print(receiver.span_count, flush=True)
+"""
+
+
+def mixed_events(n: int) -> list[Event]:
+    """``n`` events of a realistic run, with unique IDs."""
+    events: list[Event] = []
+    group = 0
+    while len(events) < n:
+        gids = []
+        for _ in range(4):
+            gid = f"g{group}"
+            group += 1
+            gids.append(gid)
+            ids = {"group_id": gid, "prompt_id": group}
+            events.append(("group.reserve", {**ids, "size": 8, "weight_version": 7, "epoch": 0}))
+            events.append(("group.admit", ids))
+            for i in range(8):
+                a = {**ids, "attempt_id": f"{gid}-a{i}", "generation_index": i}
+                events.append(("attempt.dispatch", {**a, "weight_version": 7, "epoch": 0}))
+                events.append(
+                    ("attempt.seal", {**a, "tokens": 300, "calls": [[f"{gid}-{i}", 7, 300]]})
+                )
+            events.append(("group.seal", {**ids, "tokens": 2400, "tokens_by_version": {"7": 2400}}))
+        events.append(
+            (
+                "train.step",
+                {
+                    "step": group,
+                    "trained_version": 8,
+                    "group_ids": gids,
+                    "batch_age": 1.0,
+                    "duration_s": 0.001,
+                },
+            )
+        )
+        events.append(
+            (
+                "weights.sync",
+                {"replaced_version": 8, "new_version": 9, "cuts": [["c", 10]], "duration_s": 0.001},
+            )
+        )
+    return events[:n]
+
+
+class Receiver:
+    """An OTLP receiver in its own process; ``close`` returns the spans it counted."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _RECEIVER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        self.endpoint = self.process.stdout.readline().strip()
+
+    def close(self) -> int:
+        out, _ = self.process.communicate("", timeout=60)
+        return int(out.strip() or 0)
+
+
+def designs(endpoint: str) -> dict[str, Callable[[Path], Any]]:
+    return {
+        "yardstick": PlainWriter,
+        "otel-rollout + spans + metrics": lambda p: RolloutTrace(
+            p, endpoint=endpoint, metrics={"otlp"}
+        ),
+    }
+
+
+def emit_cost(tmp: Path, makers: dict[str, Callable[[Path], Any]], rounds: int) -> dict[str, float]:
+    """Median caller ns/event over rounds of 1,000 mixed events, designs interleaved."""
+    events = mixed_events(rounds * 1000 // 5)
+    samples: dict[str, list[float]] = {n: [] for n in makers}
+    for rep in range(5):
+        for name, make in makers.items():
+            writer = make(tmp / f"otel-cost-{name}-{rep}.jsonl")
+            emit = writer.emit
+            clock = time.perf_counter_ns
+            for r in range(rounds // 5):
+                chunk = events[r * 1000 : (r + 1) * 1000]
+                start = clock()
+                for kind, fields in chunk:
+                    emit(kind, **fields)
+                samples[name].append((clock() - start) / len(chunk))
+                time.sleep(0.0002)
+            writer.close()
+    return {n: statistics.median(s) for n, s in samples.items()}
+
+
+def throughput(tmp: Path, makers: dict[str, Callable[[Path], Any]], n: int) -> dict[str, float]:
+    """Events/s through the whole pipeline (spans built) from first emit to flush; median of 3."""
+    events = mixed_events(n)
+    rates: dict[str, list[float]] = {name: [] for name in makers}
+    for rep in range(3):
+        for name, make in makers.items():
+            writer = make(tmp / f"otel-drain-{name}-{rep}.jsonl")
+            start = time.perf_counter()
+            for kind, fields in events:
+                writer.emit(kind, **fields)
+            writer.flush()
+            rates[name].append(n / (time.perf_counter() - start))
+            writer.close()
+    return {name: statistics.median(r) for name, r in rates.items()}
