@@ -157,3 +157,16 @@ class TestNoNetworkByDefault:
             check=True,
         )
         assert out.stdout.split() == ["False", "1"]
+
+
+class TestReplayAtScale:
+    def test_a_large_replay_loses_no_span(self, tmp_path):
+        """Replay waits for the exporter instead of overrunning the SDK's span queue."""
+        from otel_rollout.testing import synthetic_trace
+
+        path = synthetic_trace(tmp_path / "big.jsonl", 30_000, runs=2)
+        with OtlpReceiver("grpc", keep=False) as rx:
+            proc = run(["export", str(path), "--endpoint", rx.endpoint], {})
+            assert proc.returncode == 0, proc.stderr
+            made = int(proc.stderr.split(" spans;")[0].rsplit("→ ", 1)[1])
+            assert made > 10_000 and rx.span_count == made

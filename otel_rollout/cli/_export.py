@@ -10,7 +10,7 @@ from typing import Any
 from ..otel import settings
 from ._common import CliError, check_is_trace, trace_reader
 
-_BATCH = 4096
+_BATCH = 2048  # events per slice: fewer spans than the SDK's 2048-span queue holds
 
 
 def add_parser(commands: Any) -> None:
@@ -58,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     while batch := list(islice(events, _BATCH)):
         seen += len(batch)
         replay.builder.export(batch)
+        replay.flush()
     check_is_trace(reader, seen)
     exported, failed = replay.finish()
     where = args.endpoint or "the endpoint from OTEL_EXPORTER_OTLP_ENDPOINT"
