@@ -82,3 +82,24 @@ class TestInCode:
         otel_rollout.configure(metrics={"prometheus"})
         otel_rollout.configure()
         assert not settings({}).active
+
+
+class TestResource:
+    def test_resource_from_variables_and_run(self, monkeypatch):
+        """service.name and OTEL_RESOURCE_ATTRIBUTES come from the environment;
+        service.instance.id is always the trace's run_id."""
+        from otel_rollout._providers import resource
+
+        monkeypatch.setenv("OTEL_SERVICE_NAME", "grpo-7b")
+        monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "cluster=a,service.instance.id=ignored")
+        attrs = resource("run-42", settings()).attributes
+        assert attrs["service.name"] == "grpo-7b" and attrs["cluster"] == "a"
+        assert attrs["service.instance.id"] == "run-42"
+
+    def test_default_service_name(self, monkeypatch):
+        """Without OTEL_SERVICE_NAME the service is otel-rollout, not unknown_service."""
+        from otel_rollout._providers import resource
+
+        monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+        monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
+        assert resource("r", settings({})).attributes["service.name"] == "otel-rollout"
