@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import measure  # noqa: E402
 import with_otel  # noqa: E402
 from yardstick import PlainWriter, plain_read  # noqa: E402
 
@@ -43,41 +43,8 @@ FIELDS = {
     "epoch": 1,
 }
 
-Writer = Callable[[Path], Any]
+Writer = measure.Writer
 DESIGNS: dict[str, Writer] = {"yardstick": PlainWriter, "otel-rollout": RolloutTrace}
-
-
-def emit_cost(tmp: Path, rounds: int, per_round: int = 1000) -> dict[str, float]:
-    """Median caller ns/event over rounds of back-to-back emits, designs interleaved."""
-    samples: dict[str, list[float]] = {name: [] for name in DESIGNS}
-    for rep in range(5):
-        for name, make in DESIGNS.items():
-            writer = make(tmp / f"cost-{name}-{rep}.jsonl")
-            emit = writer.emit
-            clock = time.perf_counter_ns
-            for _ in range(rounds // 5):
-                start = clock()
-                for _ in range(per_round):
-                    emit("attempt.dispatch", **FIELDS)
-                samples[name].append((clock() - start) / per_round)
-                time.sleep(0.0002)  # let the writer drain between rounds
-            writer.close()
-    return {name: statistics.median(s) for name, s in samples.items()}
-
-
-def drain_throughput(tmp: Path, events: int, reps: int = 7) -> dict[str, float]:
-    """Events per second from the first emit until flush returns (median of interleaved runs)."""
-    rates: dict[str, list[float]] = {name: [] for name in DESIGNS}
-    for rep in range(reps):
-        for name, make in DESIGNS.items():
-            writer = make(tmp / f"drain-{name}-{rep}.jsonl")
-            start = time.perf_counter()
-            for i in range(events):
-                writer.emit("attempt.dispatch", i=i, **FIELDS)
-            writer.flush()
-            rates[name].append(events / (time.perf_counter() - start))
-            writer.close()
-    return {name: statistics.median(r) for name, r in rates.items()}
 
 
 def latency(
@@ -178,9 +145,10 @@ def main() -> None:
         tmp = Path(d)
         print(f"python {sys.version.split()[0]}; trace of {lines:,} lines", file=sys.stderr)
         print("emit cost ...", file=sys.stderr)
-        figures["emit_ns"] = emit_cost(tmp, rounds)
+        dispatches = [("attempt.dispatch", {"i": i, **FIELDS}) for i in range(drain_n)]
+        figures["emit_ns"] = measure.emit_cost(tmp, DESIGNS, dispatches, rounds)
         print("drain throughput ...", file=sys.stderr)
-        figures["drain_events_per_s"] = drain_throughput(tmp, drain_n)
+        figures["drain_events_per_s"] = measure.throughput(tmp, DESIGNS, dispatches, reps=7)
         for rate in (1000, 10000):
             print(f"latency at {rate}/s ...", file=sys.stderr)
             figures[f"latency_ms_{rate}"] = latency(tmp, rate, seconds)
@@ -188,8 +156,11 @@ def main() -> None:
         receiver = with_otel.Receiver()
         try:
             makers = with_otel.designs(receiver.endpoint)
-            figures["otel_emit_ns"] = with_otel.emit_cost(tmp, makers, rounds)
-            figures["otel_events_per_s"] = with_otel.throughput(tmp, makers, drain_n // 3)
+            mix = with_otel.mixed_events(max(rounds * 1000 // 5, drain_n // 3))
+            figures["otel_emit_ns"] = measure.emit_cost(tmp, makers, mix, rounds, tag="-otel")
+            figures["otel_events_per_s"] = measure.throughput(
+                tmp, makers, mix[: drain_n // 3], reps=3, tag="-otel"
+            )
             mix = with_otel.mixed_events(int(seconds * 1000) * 10)
             figures["otel_latency_ms_10000"] = latency(tmp, 10000, seconds, makers, mix)
         finally:

@@ -9,10 +9,8 @@ train step and a weight sync.
 
 from __future__ import annotations
 
-import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -99,39 +97,3 @@ def designs(endpoint: str) -> dict[str, Callable[[Path], Any]]:
             p, endpoint=endpoint, metrics={"otlp"}
         ),
     }
-
-
-def emit_cost(tmp: Path, makers: dict[str, Callable[[Path], Any]], rounds: int) -> dict[str, float]:
-    """Median caller ns/event over rounds of 1,000 mixed events, designs interleaved."""
-    events = mixed_events(rounds * 1000 // 5)
-    samples: dict[str, list[float]] = {n: [] for n in makers}
-    for rep in range(5):
-        for name, make in makers.items():
-            writer = make(tmp / f"otel-cost-{name}-{rep}.jsonl")
-            emit = writer.emit
-            clock = time.perf_counter_ns
-            for r in range(rounds // 5):
-                chunk = events[r * 1000 : (r + 1) * 1000]
-                start = clock()
-                for kind, fields in chunk:
-                    emit(kind, **fields)
-                samples[name].append((clock() - start) / len(chunk))
-                time.sleep(0.0002)
-            writer.close()
-    return {n: statistics.median(s) for n, s in samples.items()}
-
-
-def throughput(tmp: Path, makers: dict[str, Callable[[Path], Any]], n: int) -> dict[str, float]:
-    """Events/s through the whole pipeline (spans built) from first emit to flush; median of 3."""
-    events = mixed_events(n)
-    rates: dict[str, list[float]] = {name: [] for name in makers}
-    for rep in range(3):
-        for name, make in makers.items():
-            writer = make(tmp / f"otel-drain-{name}-{rep}.jsonl")
-            start = time.perf_counter()
-            for kind, fields in events:
-                writer.emit(kind, **fields)
-            writer.flush()
-            rates[name].append(n / (time.perf_counter() - start))
-            writer.close()
-    return {name: statistics.median(r) for name, r in rates.items()}

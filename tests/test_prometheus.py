@@ -24,6 +24,28 @@ from otel_rollout.reader import read_events
 INSTALL = "apt-get install -y --no-install-recommends prometheus"
 
 
+def simulate(log_dir, port: int, *args: str) -> subprocess.CompletedProcess[str]:
+    """``otel-rollout simulate`` serving Prometheus metrics on 127.0.0.1:``port``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env |= {"OTEL_METRICS_EXPORTER": "prometheus", "OTEL_EXPORTER_PROMETHEUS_PORT": str(port)}
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "otel_rollout",
+            "simulate",
+            "--log-dir",
+            str(log_dir),
+            "--quiet",
+            *args,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -93,29 +115,7 @@ class TestPrometheusScrape:
     def test_batch_age_stored_for_the_last_step_equals_the_files(self, prometheus, tmp_path):
         """While simulate runs, Prometheus scrapes it; its last batch age is the file's."""
         query, port = prometheus
-        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-        env |= {"OTEL_METRICS_EXPORTER": "prometheus", "OTEL_EXPORTER_PROMETHEUS_PORT": str(port)}
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "otel_rollout",
-                "simulate",
-                "--log-dir",
-                str(tmp_path / "run"),
-                "--steps",
-                "6",
-                "--speed",
-                "6",
-                "--quiet",
-                "--hold",
-                "4",
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        proc = simulate(tmp_path / "run", port, "--steps", "6", "--speed", "6", "--hold", "4")
         assert proc.returncode == 0, proc.stderr
         events = list(read_events(tmp_path / "run" / "rollout_trace.jsonl"))
         ages = batch_age_by_step(events)
@@ -138,29 +138,6 @@ class TestPrometheusScrape:
         with socket.socket() as busy:
             busy.bind(("127.0.0.1", 0))
             busy.listen()
-            env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-            env |= {
-                "OTEL_METRICS_EXPORTER": "prometheus",
-                "OTEL_EXPORTER_PROMETHEUS_PORT": str(busy.getsockname()[1]),
-            }
-            proc = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "otel_rollout",
-                    "simulate",
-                    "--log-dir",
-                    str(tmp_path),
-                    "--steps",
-                    "2",
-                    "--speed",
-                    "15",
-                    "--quiet",
-                ],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
+            proc = simulate(tmp_path, busy.getsockname()[1], "--steps", "2", "--speed", "15")
         assert proc.returncode == 0, proc.stderr
         assert "cannot serve Prometheus metrics" in proc.stderr
