@@ -95,6 +95,7 @@ class RolloutTrace:
         self.run_id: str | None = None
         self._pipeline: Pipeline | None = None
         self._closed = False
+        self.otel = otel.settings(**otel_options)  # misspelt options fail before any I/O
         if path is None:
             self.emit = _noop  # type: ignore[method-assign]
             return
@@ -104,7 +105,6 @@ class RolloutTrace:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.run_id = new_run_id()
-        self.otel = otel.settings(**otel_options)
         self._pipeline = Pipeline(
             self.run_id,
             [JsonlExporter(path), *exporters, *_otel_exporters(self.run_id, self.otel)],

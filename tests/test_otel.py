@@ -103,3 +103,13 @@ class TestResource:
         monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
         monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
         assert resource("r", settings({})).attributes["service.name"] == "otel-rollout"
+
+
+class TestTraceOptions:
+    def test_misspelt_option_fails_before_anything_is_written(self, tmp_path):
+        """RolloutTrace(path, endpont=...) raises TypeError and creates nothing."""
+        from otel_rollout.trace import RolloutTrace
+
+        with pytest.raises(TypeError, match="endpont"):
+            RolloutTrace(tmp_path / "logs" / "t.jsonl", endpont="http://c:4317")
+        assert not (tmp_path / "logs").exists()
