@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,7 +33,7 @@ from yardstick import PlainWriter, plain_read  # noqa: E402
 
 from otel_rollout.batch_age import BATCH_AGE_EVENTS, batch_age_by_step  # noqa: E402
 from otel_rollout.reader import read_events  # noqa: E402
-from otel_rollout.testing import synthetic_trace  # noqa: E402
+from otel_rollout.testing import kill_loss_window, synthetic_trace  # noqa: E402
 from otel_rollout.trace import RolloutTrace  # noqa: E402
 
 FIELDS = {
@@ -104,6 +106,33 @@ def reader_throughput(path: Path, lines: int) -> dict[str, float]:
     }
 
 
+_YARDSTICK_WRITER = (
+    f"sys.path.insert(0, {str(HERE)!r})\n"
+    "from pathlib import Path\nfrom yardstick import PlainWriter\n"
+    "trace = PlainWriter(Path(sys.argv[1]))"
+)
+
+
+def kill_windows(tmp: Path, kills: int, endpoint: str) -> dict[str, float]:
+    """Median ms between a SIGKILL and the newest event in the file, at 5,000 events/s."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    cases: dict[str, dict[str, Any]] = {
+        "yardstick": {"writer": _YARDSTICK_WRITER, "env": clean},
+        "otel-rollout": {"env": clean},
+        "otel-rollout + spans + metrics": {
+            "env": clean | {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
+        },
+    }
+    windows: dict[str, list[float]] = {name: [] for name in cases}
+    for i in range(kills):
+        for name, options in cases.items():
+            result = kill_loss_window(
+                tmp / f"kill-{i}-{len(windows[name])}-{name}.jsonl", **options
+            )
+            windows[name].append(result.window * 1000)
+    return {name: statistics.median(w) for name, w in windows.items()}
+
+
 _PEAK = """
 import sys
 from otel_rollout.batch_age import BATCH_AGE_EVENTS, batch_age_by_step
@@ -163,6 +192,10 @@ def main() -> None:
             )
             mix = with_otel.mixed_events(int(seconds * 1000) * 10)
             figures["otel_latency_ms_10000"] = latency(tmp, 10000, seconds, makers, mix)
+            print("kill -9 loss window ...", file=sys.stderr)
+            figures["kill_window_ms"] = kill_windows(
+                tmp, 3 if args.quick else 20, receiver.endpoint
+            )
         finally:
             figures["otel_spans_received"] = receiver.close()
         print("writing the synthetic trace ...", file=sys.stderr)
@@ -229,6 +262,19 @@ def _table(f: dict[str, Any], lines: int, size_mb: float, steps: int) -> None:
             "{:,.0f}",
             "higher",
         )
+    )
+    kill = f["kill_window_ms"]
+    rows.append(
+        (
+            "kill -9 at 5,000/s: newest event's age at the kill, ms (median)",
+            kill[y],
+            kill["otel-rollout"],
+            "{:.2f}",
+            "lower",
+        )
+    )
+    rows.append(
+        ("kill -9 with OTLP spans+metrics on, ms (median)", kill[y], kill[o2], "{:.2f}", "lower")
     )
     lat = f["otel_latency_ms_10000"]
     rows.append(

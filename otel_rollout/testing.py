@@ -5,14 +5,22 @@
 * :func:`synthetic_trace` writes a large, realistic one quickly (benchmarks).
 * :class:`OtlpReceiver` is a real OTLP endpoint (gRPC or HTTP) on 127.0.0.1
   that keeps the spans and metrics sent to it.
+* :func:`kill_loss_window` kills a steadily emitting process with ``SIGKILL``
+  and measures how much of its recent history the file lost.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import random
+import signal
+import subprocess
+import sys
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +31,14 @@ from .schema import SCHEMA_VERSION
 if TYPE_CHECKING:
     from ._receiver import OtlpReceiver
 
-__all__ = ["InMemoryExporter", "OtlpReceiver", "TraceBuilder", "synthetic_trace"]
+__all__ = [
+    "InMemoryExporter",
+    "KillResult",
+    "OtlpReceiver",
+    "TraceBuilder",
+    "kill_loss_window",
+    "synthetic_trace",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -212,3 +227,65 @@ def synthetic_trace(
                     out.clear()
         f.write(out)
     return path
+
+
+_OUR_WRITER = "from otel_rollout.trace import RolloutTrace\ntrace = RolloutTrace(sys.argv[1])"
+_EMITTER = """
+import sys, time
+{writer}
+interval = 1.0 / float(sys.argv[2])
+start = time.perf_counter()
+print("ready", flush=True)
+for i in range(10**9):
+    delay = start + i * interval - time.perf_counter()
+    if delay > 0:
+        time.sleep(delay)  # a controller waits on I/O, releasing the GIL; it does not spin
+    trace.emit("tick", seq=i)
+"""
+
+
+@dataclass
+class KillResult:
+    """One kill: how far the file's newest event trailed the kill, and what the file holds."""
+
+    window: float  # seconds between the newest event in the file and the kill
+    events: int
+    skipped_lines: int
+
+
+def kill_loss_window(
+    path: os.PathLike[str] | str,
+    *,
+    rate: float = 5000.0,
+    run_for: float = 0.5,
+    env: Mapping[str, str] | None = None,
+    writer: str = _OUR_WRITER,
+) -> KillResult:
+    """Start a process emitting ``rate`` events/s into ``path``, ``SIGKILL`` it after
+    ``run_for`` seconds, and measure the kill time minus the newest ``t`` in the file.
+
+    ``writer`` is the Python code that binds ``trace`` (an object with ``emit``)
+    writing to ``sys.argv[1]``; by default a :class:`RolloutTrace`.
+    """
+    from .reader import EventReader
+
+    child_env = dict(os.environ if env is None else env)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _EMITTER.format(writer=writer), str(path), str(rate)],
+        stdout=subprocess.PIPE,
+        env=child_env,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        if child.stdout.readline().strip() != "ready":
+            raise RuntimeError("the emitting process did not start")
+        time.sleep(run_for)
+        killed_at = time.time()
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.wait(30)
+    reader = EventReader(path, kinds={"tick"}, on_skip=lambda *a: None)
+    newest = max((e["t"] for e in reader), default=float("nan"))
+    events = sum(1 for _ in EventReader(path, kinds={"tick"}, on_skip=lambda *a: None))
+    return KillResult(killed_at - newest, events, reader.skipped)
