@@ -105,6 +105,21 @@ class RefitCuts:
             del self._cuts[call_id]
             del self._first_replaced[call_id]
 
+    def snapshot(self) -> dict[str, Any]:
+        """The recorded cuts as JSON-ready data, for a rollout snapshot."""
+        return {
+            "cuts": {str(c): [list(cut) for cut in cuts] for c, cuts in self._cuts.items()},
+            "first_replaced": {str(c): r for c, r in self._first_replaced.items()},
+        }
+
+    @classmethod
+    def restore(cls, state: dict[str, Any]) -> RefitCuts:
+        """Cuts as :meth:`snapshot` saved them (call IDs come back as strings)."""
+        cuts = cls()
+        cuts._cuts = {c: [(int(a), int(v)) for a, v in cs] for c, cs in state["cuts"].items()}
+        cuts._first_replaced = {c: int(r) for c, r in state["first_replaced"].items()}
+        return cuts
+
     def tokens_by_version(self, call_versions: Iterable[tuple[Any, int, int]]) -> dict[int, int]:
         """A published group's trained tokens by the weight version that made them.
 

@@ -308,3 +308,21 @@ class TestLiveBatchAge:
         live = LiveBatchAge()
         rows = [r for e in b.events if (r := live.observe(e)) is not None]
         assert [r.batch_age for r in rows] == [1.0, None]
+
+
+class TestRefitCutsSnapshot:
+    @given(actions=st.lists(_action, max_size=60))
+    def test_restored_cuts_split_tokens_as_the_original(self, actions):
+        """A snapshot restored in a new process gives every call the same split."""
+        import orjson
+
+        calls, refits, _ = run_engine(actions)
+        cuts = RefitCuts()
+        for replaced, new, paused in refits:
+            cuts.record(replaced, new, paused)
+        restored = RefitCuts.restore(orjson.loads(orjson.dumps(cuts.snapshot())))
+        for c in sorted(calls):
+            began, n = calls[c]
+            assert restored.tokens_by_version([(c, began, n)]) == cuts.tokens_by_version(
+                [(c, began, n)]
+            )

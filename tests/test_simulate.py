@@ -90,7 +90,7 @@ class TestSimulateCommand:
         """The command writes a trace, prints the table and confirms live equals file."""
         proc = cli("simulate", "--log-dir", str(tmp_path), "--steps", "5", "--speed", "15")
         assert proc.returncode == 0, proc.stderr
-        assert "live batch age equals the file's for all 5 steps" in proc.stdout
+        assert "live batch age equals the file's for all 5 steps this run trained" in proc.stdout
         assert (tmp_path / "rollout_trace.jsonl").exists()
 
     def test_refuses_to_append_to_an_existing_trace(self, cli, tmp_path):

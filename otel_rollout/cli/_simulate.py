@@ -14,8 +14,10 @@ from typing import Any
 
 from ..simulate import SimConfig, SimStatus, simulate
 from ..trace import ROLLOUT_TRACE_FILENAME
+from . import _demo
 from ._batch_age import load_steps, write_table
 from ._common import CliError
+from ._cost import load_report, write_report
 
 _DEFAULTS = SimConfig()
 
@@ -38,16 +40,30 @@ def add_parser(commands: Any) -> None:
     sim.add_argument(
         "--overwrite",
         action="store_true",
-        help="replace an existing trace in LOG_DIR instead of refusing to run",
+        help="replace an existing trace (and checkpoints) in LOG_DIR instead of refusing to run",
+    )
+    sim.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue a killed run: restore the latest checkpoint and rollout snapshot in "
+        "LOG_DIR, resume partial attempts, re-train the steps after the checkpoint, and "
+        "append to the same trace under a new run_id",
     )
     sim.set_defaults(handler=run_simulate)
     demo = commands.add_parser(
         "demo",
         help="the guided tour: simulate a run into a fresh directory and explain the output",
-        description="Simulate a run into a fresh LOG_DIR (default runs/demo) and explain it.",
+        description=(
+            "Simulate a run into a fresh LOG_DIR (default runs/demo) as a child process, kill "
+            "it with SIGKILL part-way (twice by default), resume it from its checkpoint and "
+            "rollout snapshot each time, and show batch age per step and what the stops cost."
+        ),
     )
     _add_options(demo, default_dir="runs/demo")
-    demo.set_defaults(handler=run_demo)
+    _demo.add_arguments(demo)
+    # Rollout snapshots ride on checkpoints; the demo takes them often, so a stop finds a
+    # recent one and partial attempts are resumed rather than redone.
+    demo.set_defaults(handler=run_demo, checkpoint_every=2)
 
 
 def _add_options(parser: argparse.ArgumentParser, default_dir: str = "runs/sim") -> None:
@@ -158,7 +174,13 @@ def _run(args: argparse.Namespace) -> int:
         )
     progress = _ProgressLine(config.steps, args.quiet)
     try:
-        result = simulate(args.log_dir, config, on_progress=progress, hold=args.hold)
+        result = simulate(
+            args.log_dir,
+            config,
+            on_progress=progress,
+            hold=args.hold,
+            resume=getattr(args, "resume", False),
+        )
     except OSError as exc:
         raise CliError(f"cannot write to {args.log_dir}: {exc.strerror or exc}") from exc
     finally:
@@ -166,9 +188,8 @@ def _run(args: argparse.Namespace) -> int:
     rows = load_steps(str(result.trace_path), progress=False)
     write_table(rows, sys.stdout)
     offline = {r.step: r.batch_age for r in rows if r.batch_age is not None}
-    agree = offline.keys() == result.live_batch_age.keys() and all(
-        offline[s] == result.live_batch_age[s] for s in offline
-    )
+    live = result.live_batch_age  # this run's steps; earlier runs' steps are theirs
+    agree = all(offline.get(step) == age for step, age in live.items())
     print(f"trace: {result.trace_path}  (run {result.run_id})")
     if not agree:
         print(
@@ -176,29 +197,47 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    print(f"live batch age equals the file's for all {len(offline)} steps")
+    print(f"live batch age equals the file's for all {len(live)} steps this run trained")
     return 0
 
 
 def run_simulate(args: argparse.Namespace) -> int:
     trace = args.log_dir / ROLLOUT_TRACE_FILENAME
-    if trace.exists() and not args.overwrite:
+    if args.resume and args.overwrite:
+        raise CliError("--resume continues the run in LOG_DIR; --overwrite would delete it")
+    if trace.exists() and not (args.overwrite or args.resume):
         raise CliError(
-            f"{trace} exists; pass --overwrite to replace it or choose another --log-dir"
+            f"{trace} exists; pass --resume to continue it, --overwrite to replace it, "
+            "or choose another --log-dir"
         )
-    if trace.exists():
-        trace.unlink()
+    if args.overwrite:
+        _clear(args.log_dir)
     return _run(args)
 
 
+def _clear(log_dir: Path) -> None:
+    """Remove a previous run: its trace, checkpoints and rollout snapshots."""
+    (log_dir / ROLLOUT_TRACE_FILENAME).unlink(missing_ok=True)
+    for sub in ("checkpoints", "rollouts"):
+        shutil.rmtree(log_dir / sub, ignore_errors=True)
+
+
 def run_demo(args: argparse.Namespace) -> int:
-    if args.log_dir.exists():
-        shutil.rmtree(args.log_dir / "checkpoints", ignore_errors=True)
-        (args.log_dir / ROLLOUT_TRACE_FILENAME).unlink(missing_ok=True)
+    _clear(args.log_dir)
     print(
         "otel-rollout demo: a simulated async GRPO run. The controller logs every rollout\n"
         "event through RolloutTrace; the engine keeps generating while new weights are\n"
         "installed, so a call's tokens are split by the weight version that made them.\n"
         "Batch age = trained version - token-weighted version of the batch's tokens.\n"
+        f"The run is killed with SIGKILL after steps {', '.join(map(str, args.kill_at))} "
+        "and resumed from its latest checkpoint each time.\n",
+        flush=True,
     )
-    return _run(args)
+    options = [
+        f"--{name.replace('_', '-')}={getattr(args, name)}" for name, _, _ in _SIM_OPTIONS
+    ] + (["--quiet"] if args.quiet else [])
+    _demo.run_demo(args, options)
+    trace = str(args.log_dir / ROLLOUT_TRACE_FILENAME)
+    print("\nWhat the stops cost (otel-rollout cost " + trace + "):\n")
+    write_report(load_report(trace, progress=False), sys.stdout)
+    return 0

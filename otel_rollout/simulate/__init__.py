@@ -35,6 +35,7 @@ def simulate(
     *,
     on_progress: Callable[[SimStatus], None] | None = None,
     hold: float = 0.0,
+    resume: bool = False,
     **otel_options: Any,
 ) -> SimResult:
     """Run one simulated training run, appending to ``log_dir/rollout_trace.jsonl``.
@@ -42,6 +43,8 @@ def simulate(
     ``hold`` keeps the trace (and a metrics endpoint) open that many seconds
     after the last step, so a scraper collects the final values.
     ``otel_options`` go to :class:`RolloutTrace` (spans and metrics).
+    With ``resume``, the run continues from the latest checkpoint and rollout
+    snapshot in ``log_dir`` (or from scratch if there is none), appending.
     """
     config = config or SimConfig()
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -51,7 +54,7 @@ def simulate(
         **otel_options,
     )
     try:
-        controller = Controller(trace, config, log_dir, on_progress)
+        controller = Controller(trace, config, log_dir, on_progress, resume=resume)
         status = asyncio.run(controller.run())
         if hold > 0:
             trace.flush()

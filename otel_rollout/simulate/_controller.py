@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from ..batch_age import RefitCuts, batch_age_group_metrics, pop_batch_age
 from ..trace import RolloutTrace
+from . import _snapshot
 from ._engine import EngineFull, FakeEngine
+from ._snapshot import Calls
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,33 @@ class _Group:
     tokens: int = 0
     discarded: bool = False
     metrics: dict[str, int] = field(default_factory=dict)
+    #: generation → calls of its sealed attempt (carried over by a resume, too)
+    done: dict[int, Calls] = field(default_factory=dict)
+    #: generation → (calls finished so far, the call running now) of attempts in progress
+    running: dict[int, tuple[Calls, Any]] = field(default_factory=dict)
+    #: generation → calls of a partial attempt restored from a snapshot, to resume
+    resume_from: dict[int, Calls] = field(default_factory=dict)
+
+    def state(self) -> dict[str, Any]:
+        """What a snapshot keeps of this group."""
+        partial = {}
+        for index, (calls, current) in self.running.items():
+            now = [(current.call_id, current.began_version, current.tokens)] if current else []
+            kept = [c for c in calls + now if c[2] > 0]  # a call that made no token is no work
+            if kept:
+                partial[str(index)] = kept
+        partial.update({str(i): c for i, c in self.resume_from.items()})
+        return {
+            "group_id": self.group_id,
+            "prompt_id": self.prompt_id,
+            "epoch": self.epoch,
+            "weight_version": self.weight_version,
+            "calls": self.calls,
+            "tokens": self.tokens,
+            "metrics": self.metrics,
+            "done": {str(i): c for i, c in self.done.items()},
+            "partial": partial,
+        }
 
 
 @dataclass
@@ -84,6 +111,7 @@ class Controller:
         config: SimConfig,
         log_dir: Path,
         on_progress: Callable[[SimStatus], None] | None = None,
+        resume: bool = False,
     ) -> None:
         self.trace = trace
         self.cfg = config
@@ -102,6 +130,10 @@ class Controller:
         self._in_flight: set[_Group] = set()
         self._stop: asyncio.Event | None = None
         self._failure: BaseException | None = None
+        self._resume = resume
+        self._first_step = 0
+        self._restored: list[_Group] = []
+        self._snapshot_path = ""
 
     def _scaled(self, seconds: float) -> float:
         return seconds / self.cfg.speed
@@ -110,6 +142,8 @@ class Controller:
         """Train ``cfg.steps`` steps, then stop dispatching and close out what is in flight."""
         self._stop = asyncio.Event()
         self._sealed_changed = asyncio.Event()
+        if self._resume:
+            self._restore()
         self.engine = FakeEngine(
             version=self.version,
             token_rate=self.cfg.token_rate * self.cfg.speed,
@@ -139,9 +173,44 @@ class Controller:
             self._stop.set()
             self._sealed_changed.set()
 
+    def _restore(self) -> None:
+        """Continue from the latest trainer checkpoint and the rollout snapshot taken with it."""
+        found = _snapshot.latest(self.log_dir)
+        if found is None:
+            return  # killed before the first checkpoint: a fresh start, appended to the file
+        state = found.state
+        self.trace.emit(
+            "checkpoint.restore",
+            step=found.step,
+            weight_version=found.weight_version,
+            path=str(found.checkpoint_path),
+            from_run_id=state["run_id"],
+        )
+        self.version = self.status.version = found.weight_version
+        self._first_step = found.step + 1
+        self._cursor = state["cursor"]
+        self.cuts = RefitCuts.restore(state["cuts"])
+        self._snapshot_path = str(found.snapshot_path)
+        for g in state["sealed"]:  # a restored replay buffer: trained under their old IDs
+            group = _Group(g["group_id"], g["prompt_id"], g["epoch"], g["weight_version"])
+            group.calls, group.tokens = _snapshot.calls_of(g["calls"]), g["tokens"]
+            group.metrics = g["metrics"]
+            self._sealed.append(group)
+        for g in state["in_flight"]:  # re-reserved under new IDs, finished work carried over
+            group = self._reserve(g["prompt_id"], g["epoch"], g["weight_version"])
+            group.done = {int(i): _snapshot.calls_of(c) for i, c in g["done"].items()}
+            group.calls = [c for calls in group.done.values() for c in calls]
+            group.tokens = sum(c[2] for c in group.calls)
+            group.resume_from = {int(i): _snapshot.calls_of(c) for i, c in g["partial"].items()}
+            self._restored.append(group)
+
     async def _dispatch_groups(self) -> None:
         assert self._stop is not None
         tasks: set[asyncio.Task[None]] = set()
+        for group in self._restored:
+            task = asyncio.create_task(self._guarded(self._run_group(group)))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
         while not self._stop.is_set():
             if len(self._in_flight) + len(self._sealed) >= self.cfg.max_groups_in_flight:
                 await asyncio.sleep(self._scaled(0.01))
@@ -153,17 +222,21 @@ class Controller:
         if tasks:
             await asyncio.gather(*tasks)
 
-    def _reserve(self) -> _Group:
-        prompt_id, epoch = self._cursor % self.cfg.prompts, self._cursor // self.cfg.prompts
-        self._cursor += 1
-        group = _Group(next(self._group_ids), prompt_id, epoch, self.version)
+    def _reserve(
+        self, prompt_id: int | None = None, epoch: int = 0, weight_version: int | None = None
+    ) -> _Group:
+        if prompt_id is None:
+            prompt_id, epoch = self._cursor % self.cfg.prompts, self._cursor // self.cfg.prompts
+            self._cursor += 1
+        version = self.version if weight_version is None else weight_version
+        group = _Group(next(self._group_ids), prompt_id, epoch, version)
         self.trace.emit(
             "group.reserve",
             group_id=group.group_id,
             prompt_id=prompt_id,
             epoch=epoch,
             size=self.cfg.group_size,
-            weight_version=self.version,
+            weight_version=version,
         )
         self._in_flight.add(group)
         self.trace.emit("group.admit", group_id=group.group_id, prompt_id=prompt_id)
@@ -173,9 +246,8 @@ class Controller:
         return self.version - group.weight_version > self.cfg.max_lag
 
     async def _run_group(self, group: _Group) -> None:
-        results = await asyncio.gather(
-            *(self._run_generation(group, i) for i in range(self.cfg.group_size))
-        )
+        todo = [i for i in range(self.cfg.group_size) if i not in group.done]
+        results = await asyncio.gather(*(self._run_generation(group, i) for i in todo))
         self._in_flight.discard(group)
         if group.discarded:
             return
@@ -229,20 +301,36 @@ class Controller:
         return self.engine.open_call(self._rng.randint(*self.cfg.tokens_per_call))
 
     async def _run_attempt(self, group: _Group, ids: dict[str, Any]) -> str:
-        """One attempt: a few sequential calls.  Returns "sealed", "retry" or "gone"."""
+        """One attempt: a few sequential calls, or the rest of a restored partial attempt.
+        Returns "sealed", "retry" or "gone"."""
         assert self._stop is not None
+        index = ids["generation_index"]
+        resumed = group.resume_from.pop(index, None)
         try:
             call = self._open_call()
         except EngineFull:
+            if resumed is not None:
+                group.resume_from[index] = resumed
             self.trace.emit("attempt.refuse", **ids, reason="capacity")
             await asyncio.sleep(self._scaled(0.02))
             return "retry"
-        self.trace.emit(
-            "attempt.dispatch", **ids, epoch=group.epoch, weight_version=call.began_version
-        )
-        turns = self._rng.randint(*self.cfg.turns)
+        calls: Calls = list(resumed or ())
+        if resumed is not None:
+            self.trace.emit(
+                "attempt.resume",
+                **ids,
+                epoch=group.epoch,
+                weight_version=call.began_version,
+                resumed_tokens=sum(c[2] for c in calls),
+                snapshot=self._snapshot_path,
+            )
+        else:
+            self.trace.emit(
+                "attempt.dispatch", **ids, epoch=group.epoch, weight_version=call.began_version
+            )
+        turns = self._rng.randint(*self.cfg.turns) - len(calls)
+        turns = max(turns, 1)
         fails_at = self._rng.randrange(turns) if self._rng.random() < self.cfg.error_rate else None
-        calls: list[tuple[str, int, int]] = []
         self.status.attempts_running += 1
         try:
             for turn in range(turns):
@@ -251,8 +339,10 @@ class Controller:
                         call = self._open_call()
                     except EngineFull:
                         return self._abandon(ids, calls, "timeout")
+                group.running[index] = (calls, call)
                 await self.engine.generate(call, self._stop)
                 calls.append((call.call_id, call.began_version, call.tokens))
+                group.running[index] = (calls, None)
                 self.status.tokens += call.tokens
                 if self._stop.is_set():
                     return self._abandon(ids, calls, "stop")
@@ -261,9 +351,11 @@ class Controller:
                 if turn == fails_at:
                     return self._abandon(ids, calls, "error")
         finally:
+            group.running.pop(index, None)
             self.status.attempts_running -= 1
         tokens = sum(c[2] for c in calls)
         self.trace.emit("attempt.seal", **ids, tokens=tokens, calls=[list(c) for c in calls])
+        group.done[index] = calls
         group.calls.extend(calls)
         group.tokens += tokens
         return "sealed"
@@ -287,7 +379,7 @@ class Controller:
             await self._sealed_changed.wait()
 
     async def _train(self) -> None:
-        for step in range(self.cfg.steps):
+        for step in range(self._first_step, self.cfg.steps):
             batch = await self._next_batch()
             started = time.time()
             per_group: dict[str, list[Any]] = {"reward/mean": []}
@@ -333,13 +425,20 @@ class Controller:
         )
 
     def _publish_checkpoint(self, step: int) -> None:
-        """Write the trainer's state atomically, then say it is durable."""
-        directory = self.log_dir / "checkpoints"
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / f"step_{step:06d}.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(orjson.dumps({"step": step, "weight_version": self.version}))
-        tmp.replace(path)
+        """Write the trainer's state and the rollout snapshot of the same moment, then say so."""
+        checkpoint, snapshot = _snapshot.paths(self.log_dir, step)
+        _snapshot.write_atomically(
+            snapshot,
+            {
+                "run_id": self.trace.run_id,
+                "step": step,
+                "cursor": self._cursor,
+                "cuts": self.cuts.snapshot(),
+                "sealed": [g.state() for g in self._sealed if not g.discarded],
+                "in_flight": [g.state() for g in self._in_flight if not g.discarded],
+            },
+        )
+        _snapshot.write_atomically(checkpoint, {"step": step, "weight_version": self.version})
         self.trace.emit(
-            "checkpoint.publish", step=step, weight_version=self.version, path=str(path)
+            "checkpoint.publish", step=step, weight_version=self.version, path=str(checkpoint)
         )

@@ -1,0 +1,101 @@
+"""Kill and resume for real: the simulator under SIGKILL, --resume, and the demo."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from otel_rollout.batch_age import batch_age_by_step
+from otel_rollout.reader import read_events
+from otel_rollout.schema import problems
+
+FAST = ["--steps", "14", "--speed", "2", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """One demo run: killed after steps 5 and 10, resumed twice, then its cost report."""
+    import subprocess
+    import sys
+
+    log_dir = tmp_path_factory.mktemp("demo")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "otel_rollout",
+            "demo",
+            "--log-dir",
+            str(log_dir),
+            *FAST,
+            "--kill-at",
+            "5,10",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    events = list(read_events(log_dir / "rollout_trace.jsonl"))
+    return proc, events, log_dir
+
+
+class TestKillAndResume:
+    def test_three_runs_each_restoring_the_last(self, demo):
+        """Two real kills: three runs in one file, each restore naming the run before it."""
+        proc, events, _ = demo
+        runs = [e["run_id"] for e in events if e["event"] == "run.start"]
+        restores = [e for e in events if e["event"] == "checkpoint.restore"]
+        assert len(runs) == 3 and len(set(runs)) == 3
+        assert [r["from_run_id"] for r in restores] == runs[:2]
+        assert [r["run_id"] for r in restores] == runs[1:]
+        assert proc.stderr.count("SIGKILL") == 2
+
+    def test_every_line_is_valid_but_perhaps_a_torn_one(self, demo):
+        """The file of a killed and resumed run validates."""
+        _, events, _ = demo
+        assert [problems(e) for e in events if problems(e)] == []
+
+    def test_partial_attempts_are_resumed_with_their_tokens(self, demo):
+        """A resumed run continues partial attempts from the snapshot, with their tokens."""
+        _, events, _ = demo
+        resumed = [e for e in events if e["event"] == "attempt.resume"]
+        assert resumed and all(e["resumed_tokens"] > 0 for e in resumed)
+
+    def test_steps_after_the_checkpoint_are_trained_again(self, demo):
+        """A kill between checkpoints makes the next run train some steps a second time."""
+        _, events, _ = demo
+        steps = [e["step"] for e in events if e["event"] == "train.step"]
+        assert len(steps) > len(set(steps)) and set(steps) == set(range(14))
+
+    def test_batch_age_is_defined_for_every_step_after_resumes(self, demo):
+        """Every step has a batch age from the file, and the final run's live values match."""
+        proc, events, _ = demo
+        assert set(batch_age_by_step(events)) == set(range(14))
+        assert "live batch age equals the file's" in proc.stdout
+
+
+class TestCostOfTheDemo:
+    def test_cost_report_describes_both_stops(self, demo, cli):
+        """cost --json: two boundaries with downtime, the restored checkpoints and fates."""
+        _, events, log_dir = demo
+        proc = cli("cost", "--json", str(log_dir / "rollout_trace.jsonl"))
+        assert proc.returncode == 0, proc.stderr
+        report = orjson.loads(proc.stdout)
+        first, second = report["boundaries"]
+        restores = [e for e in events if e["event"] == "checkpoint.restore"]
+        for boundary, restore in zip((first, second), restores, strict=True):
+            assert boundary["downtime_s"] > 0
+            assert boundary["restored_checkpoint"]["step"] == restore["step"]
+            fates = boundary["resumed"] + boundary["redispatched"] + boundary["never_ran_again"]
+            assert fates == boundary["rollouts_interrupted"] == boundary["attempts_in_flight"]
+            assert boundary["catch_up_s"] is not None
+        assert sum(b["resumed"] for b in report["boundaries"]) > 0
+        assert second["steps_retrained"] >= 1
+        summary = report["summary"]
+        assert 0 < summary["tokens_trained"] < summary["tokens_generated"]
+
+    def test_demo_prints_the_cost_report(self, demo):
+        """The demo ends with the report a newcomer reads."""
+        proc, _, _ = demo
+        assert "What the stops cost" in proc.stdout and "stop 2" in proc.stdout
