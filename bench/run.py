@@ -32,6 +32,7 @@ import with_otel  # noqa: E402
 from yardstick import PlainWriter, plain_read  # noqa: E402
 
 from otel_rollout.batch_age import BATCH_AGE_EVENTS, batch_age_by_step  # noqa: E402
+from otel_rollout.cost import COST_EVENTS, analyze  # noqa: E402
 from otel_rollout.reader import read_events  # noqa: E402
 from otel_rollout.testing import kill_loss_window, synthetic_trace  # noqa: E402
 from otel_rollout.trace import RolloutTrace  # noqa: E402
@@ -103,6 +104,8 @@ def reader_throughput(path: Path, lines: int) -> dict[str, float]:
         "batch_age_by_step (kinds pre-filter)": timed(
             lambda: batch_age_by_step(read_events(path, kinds=BATCH_AGE_EVENTS))
         ),
+        "yardstick cost (loads every line)": timed(lambda: analyze(plain_read(path))),
+        "cost": timed(lambda: analyze(read_events(path, kinds=COST_EVENTS))),
     }
 
 
@@ -144,15 +147,20 @@ def high_water_mb():  # VmHWM, unlike ru_maxrss, is not inherited across exec
             return int(line.split()[1]) / 1024
 
 base = high_water_mb()
-steps = batch_age_by_step(read_events(sys.argv[1], kinds=BATCH_AGE_EVENTS))
+if sys.argv[2] == "cost":
+    from otel_rollout.cost import COST_EVENTS, analyze
+    steps = analyze(read_events(sys.argv[1], kinds=COST_EVENTS)).boundaries
+else:
+    steps = batch_age_by_step(read_events(sys.argv[1], kinds=BATCH_AGE_EVENTS))
 print(high_water_mb() - base, base, len(steps))
 """
 
 
-def peak_memory(path: Path) -> tuple[float, float, int]:
-    """MB of resident memory batch_age_by_step adds in a fresh process, its baseline, steps."""
+def peak_memory(path: Path, what: str = "batch-age") -> tuple[float, float, int]:
+    """MB of resident memory an analysis adds in a fresh process, its baseline, and the
+    number of steps (batch age) or boundaries (cost) it found."""
     out = subprocess.run(
-        [sys.executable, "-c", _PEAK, str(path)], capture_output=True, text=True, check=True
+        [sys.executable, "-c", _PEAK, str(path), what], capture_output=True, text=True, check=True
     )
     added, base, steps = out.stdout.split()
     return float(added), float(base), int(steps)
@@ -204,6 +212,7 @@ def main() -> None:
         print("reader throughput ...", file=sys.stderr)
         figures["reader_lines_per_s"] = reader_throughput(trace, lines)
         figures["peak_mb"], figures["baseline_mb"], steps = peak_memory(trace)
+        figures["cost_peak_mb"], _, figures["boundaries"] = peak_memory(trace, "cost")
     _table(figures, lines, size_mb, steps)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
@@ -231,6 +240,15 @@ def _table(f: dict[str, Any], lines: int, size_mb: float, steps: int) -> None:
             "read every event, lines/s",
             r["yardstick read (loads every line)"],
             r["read_events"],
+            "{:,.0f}",
+            "higher",
+        )
+    )
+    rows.append(
+        (
+            "stop/restore cost, lines/s",
+            r["yardstick cost (loads every line)"],
+            r["cost"],
             "{:,.0f}",
             "higher",
         )
@@ -294,6 +312,9 @@ def _table(f: dict[str, Any], lines: int, size_mb: float, steps: int) -> None:
         f"\nbatch_age_by_step on {lines:,} lines ({size_mb:,.0f} MB, {steps:,} steps): "
         f"peak memory +{f['peak_mb']:.1f} MB above a fresh interpreter's "
         f"{f['baseline_mb']:.0f} MB"
+    )
+    print(
+        f"cost on the same trace ({f['boundaries']} stops): peak memory +{f['cost_peak_mb']:.1f} MB"
     )
     print(f"spans received by the OTLP receiver process: {f['otel_spans_received']:,}")
 

@@ -117,7 +117,7 @@ class TestKindFilter:
     @settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(
         events=st.lists(_event, max_size=30),
-        kinds=st.sets(st.sampled_from(KINDS), max_size=3),
+        kinds=st.sets(st.sampled_from(KINDS), max_size=5),  # both search and parse paths
         junk=st.lists(st.binary(max_size=30), max_size=5),
     )
     def test_filtered_read_equals_read_then_filter(self, tmp_path, events, kinds, junk):
