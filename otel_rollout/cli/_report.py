@@ -1,0 +1,60 @@
+"""``otel-rollout report FILE -o report.html``: the stop/restore report as one HTML page."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..report import collect, render_html, write_pngs
+from ._common import CliError, check_is_trace, trace_reader
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "report",
+        help="one self-contained HTML page: batch age, token age, runs, in-flight work, cost",
+        description=(
+            "Write one self-contained HTML file (no network fetches when opened): batch age "
+            "per step with the stops and restores marked, the token-age distribution per "
+            "step, a timeline of the runs (active, down, catching up), attempts in flight "
+            "over time, and the cost tables of 'otel-rollout cost'."
+        ),
+    )
+    parser.add_argument("file", help="a rollout_trace.jsonl (or .jsonl.gz)")
+    parser.add_argument(
+        "-o", "--output", type=Path, default=Path("report.html"), help="where (report.html)"
+    )
+    parser.add_argument(
+        "--png", type=Path, metavar="DIR", help="also write each chart as a PNG (needs Chromium)"
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    reader = trace_reader(args.file)
+    seen = [0]
+
+    def events() -> Any:
+        for event in reader:
+            seen[0] += 1
+            yield event
+
+    data = collect(events(), source=str(args.file))
+    check_is_trace(reader, seen[0])
+    try:
+        args.output.write_text(render_html(data), encoding="utf-8")
+    except OSError as exc:
+        raise CliError(f"cannot write {args.output}: {exc.strerror or exc}") from exc
+    print(f"wrote {args.output}", file=sys.stderr)
+    if args.png is not None:
+        try:
+            for path in write_pngs(data, args.png):
+                print(f"wrote {path}", file=sys.stderr)
+        except FileNotFoundError as exc:
+            raise CliError(str(exc)) from exc
+        except subprocess.SubprocessError as exc:
+            raise CliError(f"Chromium could not render the charts: {exc}") from exc
+    return 0

@@ -1,0 +1,283 @@
+"""The stop/restore report: one self-contained HTML page (charts and cost tables).
+
+Read in one streaming pass: batch age per step with the stops and restores
+marked, the token-age distribution per step, a timeline of the runs (active,
+down, catching up), attempts in flight over time, and the cost tables of
+:mod:`otel_rollout.cost`.  The page has inline SVG and styles only; its one
+inline script records page errors for the tests.  Nothing is fetched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from . import _svg
+from .batch_age import AGE_BUCKETS, LiveBatchAge, StepAge
+from .cost import CostReport, analyze
+
+__all__ = ["ReportData", "collect", "render_html", "write_pngs"]
+
+_MAX_POINTS = 2000
+_ENDS = ("attempt.seal", "attempt.refuse", "attempt.abandon")
+_AGE_LABELS = [f"age {a}" for a in AGE_BUCKETS[:-1]] + [f"age {AGE_BUCKETS[-1]}+"]
+
+
+@dataclass
+class ReportData:
+    """Everything the page shows, gathered in one pass."""
+
+    source: str
+    t0: float | None = None
+    runs: dict[str, list[float]] = field(default_factory=dict)  # run → [first t, last t]
+    steps: list[tuple[float, str, int, float]] = field(default_factory=list)  # t, run, step, age
+    shares: dict[int, list[float]] = field(default_factory=dict)  # step → shares by age
+    in_flight: list[tuple[float, int]] = field(default_factory=list)
+    cost: CostReport | None = None
+
+
+def collect(events: Iterable[dict[str, Any]], source: str = "") -> ReportData:
+    """Read ``events`` once; the cost analysis runs on the same stream."""
+    data = ReportData(source)
+    live = LiveBatchAge(on_malformed=lambda e, why: None)
+    running: dict[str, str] = {}  # attempt_id → run
+
+    def observe(stream: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        for e in stream:
+            # A malformed event is skipped here (validate names it); the page shows the rest.
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                _observe(data, live, running, e)
+            yield e
+
+    data.cost = analyze(observe(events))
+    data.in_flight = _thin(data.in_flight)
+    return data
+
+
+def _observe(
+    data: ReportData, live: LiveBatchAge, running: dict[str, str], e: dict[str, Any]
+) -> None:
+    t, run, kind = float(e["t"]), e["run_id"], e["event"]
+    if data.t0 is None:
+        data.t0 = t
+    span = data.runs.setdefault(run, [t, t])
+    span[1] = max(span[1], t)
+    if kind == "run.start" and any(r != run for r in running.values()):
+        running.clear()  # the previous run's attempts died with it
+        data.in_flight.append((t, 0))
+    if kind in ("attempt.dispatch", "attempt.resume"):
+        running[e["attempt_id"]] = run
+        data.in_flight.append((t, len(running)))
+    elif kind in _ENDS and running.pop(e["attempt_id"], None) is not None:
+        data.in_flight.append((t, len(running)))
+    row: StepAge | None = live.observe(e)
+    if row is not None:
+        logged = e.get("batch_age")
+        age = logged if isinstance(logged, (int, float)) else row.batch_age
+        if age is not None:
+            data.steps.append((t, run, row.step, float(age)))
+        if row.tokens:
+            data.shares[row.step] = [row.share(a) for a in AGE_BUCKETS]
+
+
+def _thin(points: list[tuple[float, int]]) -> list[tuple[float, int]]:
+    if len(points) <= _MAX_POINTS:
+        return points
+    every = len(points) // _MAX_POINTS + 1
+    return points[::every] + points[-1:]
+
+
+def charts(data: ReportData) -> dict[str, str]:
+    """Every chart of the page, by id, as SVG text."""
+    t0 = data.t0 or 0.0
+    runs = list(data.runs)
+    short = {r: f"run {n + 1} ({r[:8]})" for n, r in enumerate(runs)}
+    cost = data.cost or CostReport()
+    markers = []
+    for b in cost.boundaries:
+        markers.append((b.stopped_at - t0, f"stop: {b.old_run[:8]}", "#d62728"))
+        markers.append((b.resumed_at - t0, f"restore: {b.new_run[:8]}", "#2ca02c"))
+    series = [
+        (short[r], [(t - t0, age) for t, run, _, age in data.steps if run == r]) for r in runs
+    ]
+    timeline_rows = []
+    for n, r in enumerate(runs):
+        first, last = data.runs[r]
+        segments = [(first - t0, last - t0, "active", "#1f77b4")]
+        if n + 1 < len(runs):
+            segments.append((last - t0, data.runs[runs[n + 1]][0] - t0, "down", "#d62728"))
+        for b in cost.boundaries:
+            if b.new_run == r and b.catch_up_s is not None:
+                start = b.resumed_at - t0
+                segments.append((start, start + b.catch_up_s, "catching up", "#ff7f0e"))
+        timeline_rows.append((short[r], segments))
+    return {
+        "batch-age": _svg.line_chart(
+            "batch-age",
+            "Batch age per step (stops red, restores green)",
+            series,
+            markers,
+            "seconds since the first event",
+            "batch age (updates)",
+        ),
+        "token-age": _svg.stacked_bars(
+            "token-age",
+            "Share of each step's tokens by age",
+            sorted(data.shares.items()),
+            _AGE_LABELS,
+            "step",
+            "share of tokens",
+        ),
+        "timeline": _svg.timeline("timeline", "Runs: active, down, catching up", timeline_rows),
+        "in-flight": _svg.line_chart(
+            "in-flight",
+            "Attempts in flight",
+            [("attempts", [(t - t0, float(n)) for t, n in data.in_flight])],
+            markers,
+            "seconds since the first event",
+            "attempts",
+            step=True,
+        ),
+    }
+
+
+_STYLE = """
+body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:900px;color:#222}
+h1{font-size:22px} h2{font-size:17px;margin-top:28px}
+.chart{width:100%;height:auto;border:1px solid #ddd;margin:6px 0}
+.axis,.tick,.legend{font:11px sans-serif;fill:#333}
+table{border-collapse:collapse;margin:8px 0} td,th{border:1px solid #ccc;padding:3px 8px}
+td.n{text-align:right;font-variant-numeric:tabular-nums} .muted{color:#777}
+"""
+
+# Records page errors where a test (or a curious reader) can see them.
+_SCRIPT = """
+window.__errors = [];
+window.addEventListener("error", function (e) { window.__errors.push(String(e.message)); });
+document.addEventListener("DOMContentLoaded", function () {
+  var drawn = document.querySelectorAll(
+    "svg.chart polyline, svg.chart rect.bar, svg.chart rect.span");
+  document.body.setAttribute("data-charts", document.querySelectorAll("svg.chart").length);
+  document.body.setAttribute("data-marks", drawn.length);
+  document.body.setAttribute("data-errors", window.__errors.length);
+});
+"""
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f'<td class="n">{value:,.3f}</td>'
+    if isinstance(value, int):
+        return f'<td class="n">{value:,}</td>'
+    if isinstance(value, dict):
+        return f"<td>{escape(', '.join(f'{k}={v}' for k, v in value.items()))}</td>"
+    return f"<td>{escape('-' if value is None else str(value))}</td>"
+
+
+def _label(key: str) -> str:
+    return escape(key.replace("_", " "))
+
+
+def _tables(cost: CostReport) -> str:
+    parts = []
+    if cost.boundaries:
+        reports = [b.report() for b in cost.boundaries]
+        head = "".join(f"<th>stop {n + 1}</th>" for n in range(len(reports)))
+        rows = "".join(
+            f"<tr><th>{_label(k)}</th>{''.join(_cell(r[k]) for r in reports)}</tr>"
+            for k in reports[0]
+        )
+        parts.append(f"<table><tr><th></th>{head}</tr>{rows}</table>")
+    else:
+        parts.append('<p class="muted">One run: no stop and restore in this file.</p>')
+    summary = cost.report()["summary"]
+    waste = summary.pop("tokens_wasted_by_cause")
+    rows = "".join(f"<tr><th>{_label(k)}</th>{_cell(v)}</tr>" for k, v in summary.items())
+    rows += "".join(f"<tr><th>wasted: {escape(k)}</th>{_cell(v)}</tr>" for k, v in waste.items())
+    parts.append(f"<h2>Whole file</h2><table>{rows}</table>")
+    return "".join(parts)
+
+
+def render_html(data: ReportData) -> str:
+    """The page, as text: no external resource of any kind."""
+    cost = data.cost or CostReport()
+    drawn = charts(data)
+    body = [
+        f'<h1>Rollout stop/restore report</h1><p class="muted">{escape(data.source)} — '
+        f"{len(data.runs)} runs, {len(cost.boundaries)} stops, {cost.steps} training steps</p>",
+        "<h2>Batch age per step</h2>",
+        drawn["batch-age"],
+        "<h2>Token age per step</h2>",
+        drawn["token-age"],
+        "<h2>Runs</h2>",
+        drawn["timeline"],
+        "<h2>Attempts in flight</h2>",
+        drawn["in-flight"],
+        "<h2>What each stop cost</h2>",
+        _tables(cost),
+    ]
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        "<title>otel-rollout report</title>"
+        f"<style>{_STYLE}</style><script>{_SCRIPT}</script></head><body>"
+        + "".join(body)
+        + "</body></html>\n"
+    )
+
+
+def chromium() -> str | None:
+    """The headless browser the PNG export (and the tests) use, if installed."""
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+]
+
+
+def write_pngs(data: ReportData, directory: Path) -> list[Path]:
+    """Each chart as a PNG in ``directory``, rendered by headless Chromium."""
+    browser = chromium()
+    if browser is None:
+        raise FileNotFoundError("--png needs Chromium (Debian: apt-get install -y chromium)")
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for chart_id, svg in charts(data).items():
+            page = Path(tmp) / f"{chart_id}.html"
+            page.write_text(f"<html><body style='margin:0'>{svg}</body></html>")
+            out = directory / f"{chart_id}.png"
+            subprocess.run(
+                [
+                    browser,
+                    *CHROMIUM_FLAGS,
+                    f"--user-data-dir={tmp}/profile",
+                    f"--screenshot={out}",
+                    f"--window-size={_svg.W},{_svg.H}",
+                    page.as_uri(),
+                ],
+                capture_output=True,
+                timeout=60,
+                check=True,
+            )
+            written.append(out)
+    return written

@@ -1,0 +1,136 @@
+"""The HTML report: self-contained, every chart drawn, and rendered by a real Chromium."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+import pytest
+
+from otel_rollout.report import CHROMIUM_FLAGS, chromium, collect, render_html
+from otel_rollout.testing import TraceBuilder
+
+INSTALL = "apt-get install -y --no-install-recommends chromium"
+
+
+def two_run_trace() -> TraceBuilder:
+    b = TraceBuilder(run_id="A")
+    for n in range(3):
+        gid = f"g{n}"
+        b.event("group.reserve", group_id=gid, prompt_id=n, size=1, weight_version=n, epoch=0)
+        b.event(
+            "attempt.dispatch",
+            attempt_id=f"a{n}",
+            group_id=gid,
+            prompt_id=n,
+            generation_index=0,
+            weight_version=n,
+            epoch=0,
+        )
+        b.event(
+            "attempt.seal",
+            attempt_id=f"a{n}",
+            group_id=gid,
+            prompt_id=n,
+            generation_index=0,
+            tokens=10,
+        )
+        b.event(
+            "group.seal",
+            group_id=gid,
+            prompt_id=n,
+            tokens=10,
+            tokens_by_version={str(n): 6, str(max(n - 1, 0)): 4},
+        )
+        b.step(n, n + 1, [gid])
+    b.event("checkpoint.publish", step=2, weight_version=3)
+    b.new_run("B", gap=2.0)
+    b.event("checkpoint.restore", step=2, weight_version=3, from_run_id="A")
+    b.sealed_group("h", {3: 10})
+    b.step(3, 4, ["h"])
+    return b
+
+
+@pytest.fixture
+def page(tmp_path):
+    html = render_html(collect(two_run_trace().events, source="t.jsonl"))
+    path = tmp_path / "report.html"
+    path.write_text(html)
+    return html, path
+
+
+class TestPage:
+    def test_fetches_nothing(self, page):
+        """No src, href or url() that a browser would load: the file stands alone."""
+        html, _ = page
+        assert not re.search(r"\b(src|href)\s*=", html)
+        assert "url(" not in html and "@import" not in html
+
+    def test_every_chart_has_marks(self, page):
+        """Four charts, each with drawn series, bars or spans, and the cost tables."""
+        html, _ = page
+        for chart in ("batch-age", "token-age", "timeline", "in-flight"):
+            svg = html.split(f'id="{chart}"', 1)[1].split("</svg>", 1)[0]
+            assert re.search(r"<polyline|class=\"bar\"|class=\"span\"", svg), chart
+        assert "What each stop cost" in html and "downtime s" in html
+
+    def test_stops_and_restores_are_marked(self, page):
+        """The batch-age chart marks the stop and the restore."""
+        html, _ = page
+        svg = html.split('id="batch-age"', 1)[1].split("</svg>", 1)[0]
+        assert "stop: A" in svg and "restore: B" in svg
+
+
+class TestInChromium:
+    def test_renders_charts_without_errors(self, page, tmp_path):
+        """Headless Chromium loads the file: all charts drawn, no page or console errors."""
+        browser = chromium()
+        if browser is None:
+            if os.environ.get("CI") == "true":
+                pytest.fail(f"Chromium is not installed ({INSTALL})")
+            pytest.skip(f"Chromium is not installed ({INSTALL})")
+        _, path = page
+        proc = subprocess.run(
+            [
+                browser,
+                *CHROMIUM_FLAGS,
+                f"--user-data-dir={tmp_path / 'profile'}",
+                "--enable-logging=stderr",
+                "--v=0",
+                "--dump-dom",
+                path.as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        body = re.search(r"<body([^>]*)>", proc.stdout).group(1)
+        attrs = dict(re.findall(r'data-(\w+)="(\d+)"', body))
+        assert attrs["charts"] == "4" and int(attrs["marks"]) > 10 and attrs["errors"] == "0"
+        console = [line for line in proc.stderr.splitlines() if "CONSOLE" in line]
+        assert console == []
+
+    def test_png_export(self, tmp_path, cli):
+        """--png writes each chart as a PNG image."""
+        if chromium() is None:
+            pytest.skip(f"Chromium is not installed ({INSTALL})")
+        trace = two_run_trace().write(tmp_path / "t.jsonl")
+        proc = cli(
+            "report", str(trace), "-o", str(tmp_path / "r.html"), "--png", str(tmp_path / "png")
+        )
+        assert proc.returncode == 0, proc.stderr
+        pngs = sorted((tmp_path / "png").glob("*.png"))
+        assert [p.stem for p in pngs] == ["batch-age", "in-flight", "timeline", "token-age"]
+        assert all(p.read_bytes().startswith(b"\x89PNG") for p in pngs)
+
+
+class TestCommand:
+    def test_report_command_writes_the_page(self, tmp_path, cli):
+        """otel-rollout report FILE -o OUT writes the page; a missing file is exit 2."""
+        trace = two_run_trace().write(tmp_path / "t.jsonl")
+        out = tmp_path / "r.html"
+        proc = cli("report", str(trace), "-o", str(out))
+        assert proc.returncode == 0 and out.read_text().startswith("<!doctype html>")
+        assert cli("report", str(tmp_path / "none")).returncode == 2
