@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     data = collect(events(), source=str(args.file))
     check_is_trace(reader, seen[0])
     try:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(render_html(data), encoding="utf-8")
     except OSError as exc:
         raise CliError(f"cannot write {args.output}: {exc.strerror or exc}") from exc
