@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
+from typing import Any
 
 from ..reader import EventReader, OnSkip
 
@@ -36,6 +37,15 @@ def trace_reader(
         raise CliError(f"{p}: permission denied")
     report = terminal_progress(f"reading {p.name}") if progress else None
     return EventReader(p, kinds=kinds, on_skip=on_skip, progress=report)
+
+
+def checked_events(reader: EventReader) -> Iterator[dict[str, Any]]:
+    """The reader's events; once they are read, raise if the file was not a trace at all."""
+    seen = 0
+    for event in reader:
+        seen += 1
+        yield event
+    check_is_trace(reader, seen)
 
 
 def check_is_trace(reader: EventReader, events_seen: int) -> None:

@@ -9,7 +9,7 @@ from typing import Any, TextIO
 import orjson
 
 from ..cost import COST_EVENTS, CostReport, analyze
-from ._common import check_is_trace, trace_reader
+from ._common import checked_events, trace_reader
 
 
 def add_parser(commands: Any) -> None:
@@ -38,16 +38,7 @@ def add_parser(commands: Any) -> None:
 
 def load_report(path: str, window: int = 5, progress: bool = True) -> CostReport:
     reader = trace_reader(path, kinds=COST_EVENTS, progress=progress)
-    seen = [0]
-
-    def events() -> Any:
-        for event in reader:
-            seen[0] += 1
-            yield event
-
-    report = analyze(events(), window=window)
-    check_is_trace(reader, seen[0])
-    return report
+    return analyze(checked_events(reader), window=window)
 
 
 def _fmt(value: Any, unit: str = "") -> str:

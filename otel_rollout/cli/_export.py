@@ -8,7 +8,7 @@ from itertools import islice
 from typing import Any
 
 from ..otel import settings
-from ._common import CliError, check_is_trace, trace_reader
+from ._common import CliError, checked_events, trace_reader
 
 _BATCH = 2048  # events per slice: fewer spans than the SDK's 2048-span queue holds
 
@@ -52,14 +52,12 @@ def run(args: argparse.Namespace) -> int:
         service_name=args.service_name,
     )
     replay = _providers.Replay(chosen)
-    reader = trace_reader(args.file)
-    events = iter(reader)
+    events = checked_events(trace_reader(args.file))
     seen = 0
     while batch := list(islice(events, _BATCH)):
         seen += len(batch)
         replay.builder.export(batch)
         replay.flush()
-    check_is_trace(reader, seen)
     exported, failed = replay.finish()
     where = args.endpoint or "the endpoint from OTEL_EXPORTER_OTLP_ENDPOINT"
     print(

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..report import collect, render_html, write_pngs
-from ._common import CliError, check_is_trace, trace_reader
+from ._common import CliError, checked_events, trace_reader
 
 
 def add_parser(commands: Any) -> None:
@@ -34,16 +34,7 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    reader = trace_reader(args.file)
-    seen = [0]
-
-    def events() -> Any:
-        for event in reader:
-            seen[0] += 1
-            yield event
-
-    data = collect(events(), source=str(args.file))
-    check_is_trace(reader, seen[0])
+    data = collect(checked_events(trace_reader(args.file)), source=str(args.file))
     try:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(render_html(data), encoding="utf-8")
