@@ -93,3 +93,17 @@ class TestBoundary:
         b.step(0, 1, ["g"])
         report = analyze(b.events)
         assert report.boundaries == [] and report.tokens_trained == 5
+
+
+class TestDamagedFiles:
+    def test_a_torn_last_line_changes_nothing(self, two_runs, tmp_path):
+        """A killed writer's half line at the end is skipped; the report is the same."""
+        from otel_rollout.reader import read_events
+
+        b = TraceBuilder()
+        b.events = two_runs[0]
+        path = b.write(tmp_path / "t.jsonl")
+        whole = analyze(read_events(path)).report()
+        with open(path, "ab") as f:
+            f.write(b'{"t": 9e9, "run_id": "B", "event": "attempt.dispa')
+        assert analyze(read_events(path)).report() == whole
