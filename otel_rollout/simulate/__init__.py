@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ..trace import ROLLOUT_TRACE_FILENAME, RolloutTrace
-from ._controller import Controller, SimConfig, SimStatus
+from ._controller import Controller
+from ._model import SimConfig, SimStatus
 
 __all__ = ["SimConfig", "SimResult", "SimStatus", "simulate"]
 
