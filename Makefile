@@ -16,7 +16,7 @@ demo: $(STAMP)
 	$(BIN)/otel-rollout demo --log-dir runs/demo
 
 test: $(STAMP)
-	$(BIN)/ruff check otel_rollout tests bench
+	$(BIN)/ruff check otel_rollout tests bench dashboards
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

@@ -229,7 +229,10 @@ def metrics_exporter(run_id: str, chosen: OtelSettings) -> MetricsExporter:
     views = [
         View(instrument_name=name, attribute_keys={"outcome", "reason"})
         for name in ("rollout.attempts", "rollout.groups")
-    ] + [View(instrument_name="rollout.tokens.trained", attribute_keys={"age"})]
+    ] + [
+        View(instrument_name="rollout.tokens.trained", attribute_keys={"age"}),
+        View(instrument_name="rollout.checkpoints", attribute_keys={"kind"}),
+    ]
     owned = MeterProvider(resource=resource(run_id, chosen), metric_readers=readers, views=views)
 
     def shutdown() -> None:

@@ -38,6 +38,7 @@ INSTRUMENTS: dict[str, tuple[str, str, str]] = {
     "rollout.groups": ("counter", "{group}", "Groups ended, by outcome and reason"),
     "rollout.refits": ("counter", "{refit}", "Weight syncs into the engine"),
     "rollout.refit.paused_calls": ("counter", "{call}", "Running calls paused by a refit"),
+    "rollout.checkpoints": ("counter", "{checkpoint}", "Checkpoints published and restored"),
     "rollout.trace.events": ("counter", "{event}", "Trace events exported"),
     "rollout.trace.dropped": ("counter", "{event}", "Trace events dropped"),
 }
@@ -61,7 +62,10 @@ class MetricsExporter:
         for name, (kind, unit, description) in INSTRUMENTS.items():
             create = meter.create_gauge if kind == "gauge" else meter.create_counter
             self._i[name] = create(name, unit=unit, description=description)
-        self._i["rollout.trace.dropped"].add(0)  # present (as 0) before the first drop
+        # Present (as 0) before the first increment, so increase() sees the step to 1.
+        self._i["rollout.trace.dropped"].add(0)
+        for kind in ("publish", "restore"):
+            self._i["rollout.checkpoints"].add(0, {"kind": kind})
 
     def export(self, events: Sequence[dict[str, Any]]) -> int:
         i = self._i
@@ -81,8 +85,10 @@ class MetricsExporter:
                 i["rollout.weight_version"].set(event["new_version"])
             elif kind == "trace.dropped":
                 i["rollout.trace.dropped"].add(event.get("count", 0))
+            elif kind in ("checkpoint.publish", "checkpoint.restore"):
+                i["rollout.checkpoints"].add(1, {"kind": kind.split(".")[1]})
         for (name, label, reason), n in ended.items():
-            i[name].add(n, {"outcome": label, "reason": reason})
+            i[name].add(n, {"outcome": label, "reason": reason} if reason else {"outcome": label})
         return 0
 
     def _record_step(self, row: Any) -> None:
