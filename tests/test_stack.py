@@ -97,3 +97,98 @@ class TestCompose:
         path = provider["providers"][0]["options"]["path"]
         grafana = load(COLLECTOR / "compose.yaml")["services"]["grafana"]
         assert any(v.split(":")[1].startswith(path) for v in grafana["volumes"])
+
+
+class TestStackCommand:
+    def test_prints_the_commands_for_chosen_ports(self, cli):
+        """The printed commands use the chosen OTLP and Grafana ports."""
+        proc = cli("stack", "--otlp-grpc-port", "14317", "--grafana-port", "13000")
+        assert proc.returncode == 0, proc.stderr
+        assert "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:14317" in proc.stdout
+        assert "http://127.0.0.1:13000" in proc.stdout and "--write" in proc.stderr
+
+    def test_write_maps_the_chosen_host_ports(self, cli, tmp_path):
+        """--write DIR copies the stack with the host side of each port changed, on loopback."""
+        proc = cli("stack", "--write", str(tmp_path), "--otlp-grpc-port", "14317")
+        assert proc.returncode == 0, proc.stderr
+        services = load(tmp_path / "collector" / "compose.yaml")["services"]
+        assert "127.0.0.1:14317:4317" in services["otel-collector"]["ports"]
+        assert (tmp_path / "dashboards" / "rollout.json").exists()
+
+    def test_check_passes_against_live_endpoints(self, cli, tmp_path):
+        """--check: a real OTLP receiver (gRPC and HTTP) and a real metrics endpoint answer."""
+        import os
+        import socket
+        import subprocess
+        import sys
+        import time
+        import urllib.request
+
+        from otel_rollout.testing import OtlpReceiver
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        env |= {"OTEL_METRICS_EXPORTER": "prometheus", "OTEL_EXPORTER_PROMETHEUS_PORT": str(port)}
+        run = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "otel_rollout",
+                "simulate",
+                "--log-dir",
+                str(tmp_path),
+                "--steps",
+                "2",
+                "--speed",
+                "10",
+                "--quiet",
+                "--hold",
+                "30",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        url = f"http://127.0.0.1:{port}/metrics"
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    if b"rollout_step" in urllib.request.urlopen(url, timeout=1).read():
+                        break
+                except OSError:
+                    pass
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+            for protocol in ("grpc", "http/protobuf"):
+                with OtlpReceiver(protocol) as rx:
+                    proc = cli(
+                        "stack",
+                        "--check",
+                        "--endpoint",
+                        rx.endpoint,
+                        "--protocol",
+                        protocol,
+                        "--metrics-url",
+                        url,
+                    )
+                    assert proc.returncode == 0, proc.stdout + proc.stderr
+                    assert proc.stdout.count("ok  ") == 2
+        finally:
+            run.kill()
+            run.wait()
+
+    def test_check_fails_clearly_when_nothing_answers(self, cli):
+        """Closed ports: each check says FAIL with the reason; exit 1, no traceback."""
+        proc = cli(
+            "stack",
+            "--check",
+            "--endpoint",
+            "http://127.0.0.1:1",
+            "--metrics-url",
+            "http://127.0.0.1:1/metrics",
+        )
+        assert proc.returncode == 1 and proc.stdout.count("FAIL") == 2
+        assert "Traceback" not in proc.stderr

@@ -12,12 +12,12 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
-from . import _batch_age, _cost, _export, _report, _schema, _simulate, _validate
+from . import _batch_age, _cost, _export, _report, _schema, _simulate, _stack, _validate
 from ._common import CliError
 
 __all__ = ["main", "run", "run_reference_main"]
 
-_COMMANDS = (_batch_age, _cost, _report, _validate, _simulate, _export, _schema)
+_COMMANDS = (_batch_age, _cost, _report, _validate, _simulate, _export, _stack, _schema)
 
 
 def _parser() -> argparse.ArgumentParser:
