@@ -32,3 +32,28 @@ def cli() -> Callable[..., subprocess.CompletedProcess[str]]:
         )
 
     return run
+
+
+def metrics_env(port: int) -> dict[str, str]:
+    """This environment without OTEL_* settings, serving Prometheus metrics on ``port``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    return env | {"OTEL_METRICS_EXPORTER": "prometheus", "OTEL_EXPORTER_PROMETHEUS_PORT": str(port)}
+
+
+def start_simulation(log_dir, port: int, *args: str) -> subprocess.Popen[bytes]:
+    """``otel-rollout simulate`` in the background, serving metrics on 127.0.0.1:``port``."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "otel_rollout",
+            "simulate",
+            "--log-dir",
+            str(log_dir),
+            "--quiet",
+            *args,
+        ],
+        env=metrics_env(port),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )

@@ -6,13 +6,13 @@ Renaming a metric in the code breaks this test; so does a query that no longer p
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from conftest import start_simulation
 from test_prometheus import prometheus, simulate  # noqa: F401 - the fixture is used by name
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,7 +81,9 @@ class TestEveryQueryHasData:
         log_dir = tmp_path / "run"
         first = simulate(log_dir, 1, "--steps", "4", "--speed", "8", "--checkpoint-every", "2")
         assert first.returncode == 0, first.stderr  # port 1 is refused: metrics off, trace kept
-        resume = [
+        child = start_simulation(
+            log_dir,
+            port,
             "--resume",
             "--steps",
             "12",
@@ -91,23 +93,6 @@ class TestEveryQueryHasData:
             "2",
             "--hold",
             "20",
-        ]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-        env |= {"OTEL_METRICS_EXPORTER": "prometheus", "OTEL_EXPORTER_PROMETHEUS_PORT": str(port)}
-        child = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "otel_rollout",
-                "simulate",
-                "--log-dir",
-                str(log_dir),
-                "--quiet",
-                *resume,
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
         )
         try:
             deadline = time.monotonic() + 60

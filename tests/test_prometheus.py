@@ -17,6 +17,7 @@ import urllib.parse
 import urllib.request
 
 import pytest
+from conftest import metrics_env
 
 from otel_rollout.batch_age import batch_age_by_step
 from otel_rollout.reader import read_events
@@ -26,8 +27,6 @@ INSTALL = "apt-get install -y --no-install-recommends prometheus"
 
 def simulate(log_dir, port: int, *args: str) -> subprocess.CompletedProcess[str]:
     """``otel-rollout simulate`` serving Prometheus metrics on 127.0.0.1:``port``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env |= {"OTEL_METRICS_EXPORTER": "prometheus", "OTEL_EXPORTER_PROMETHEUS_PORT": str(port)}
     return subprocess.run(
         [
             sys.executable,
@@ -39,7 +38,7 @@ def simulate(log_dir, port: int, *args: str) -> subprocess.CompletedProcess[str]
             "--quiet",
             *args,
         ],
-        env=env,
+        env=metrics_env(port),
         capture_output=True,
         text=True,
         timeout=120,

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import yaml
+from conftest import start_simulation
 
 ROOT = Path(__file__).resolve().parent.parent
 COLLECTOR = ROOT / "collector"
@@ -117,10 +118,7 @@ class TestStackCommand:
 
     def test_check_passes_against_live_endpoints(self, cli, tmp_path):
         """--check: a real OTLP receiver (gRPC and HTTP) and a real metrics endpoint answer."""
-        import os
         import socket
-        import subprocess
-        import sys
         import time
         import urllib.request
 
@@ -129,28 +127,7 @@ class TestStackCommand:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-        env |= {"OTEL_METRICS_EXPORTER": "prometheus", "OTEL_EXPORTER_PROMETHEUS_PORT": str(port)}
-        run = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "otel_rollout",
-                "simulate",
-                "--log-dir",
-                str(tmp_path),
-                "--steps",
-                "2",
-                "--speed",
-                "10",
-                "--quiet",
-                "--hold",
-                "30",
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        run = start_simulation(tmp_path, port, "--steps", "2", "--speed", "10", "--hold", "30")
         url = f"http://127.0.0.1:{port}/metrics"
         try:
             deadline = time.monotonic() + 30
