@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gzip
 import threading
-import time
 from collections.abc import Callable
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -158,15 +157,6 @@ class OtlpReceiver:
                                 (_attrs(rm.resource.attributes), p) for p in data.data_points
                             ]
         return points
-
-    def wait_for(self, condition: Callable[[], bool], timeout: float = 10.0) -> bool:
-        """Poll ``condition`` until it holds or ``timeout`` seconds pass."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if condition():
-                return True
-            time.sleep(0.05)
-        return condition()
 
     def close(self) -> None:
         self._stop()

@@ -138,6 +138,19 @@ class _Analysis:
         self.groups: dict[str, _Group] = {}
         self.live = LiveBatchAge(on_malformed=lambda e, why: None)
         self.watching: list[Boundary] = []  # boundaries whose new run is still running
+        self._handlers = {
+            "checkpoint.publish": self._checkpoint_publish,
+            "checkpoint.restore": self._checkpoint_restore,
+            "group.reserve": self._group_reserve,
+            "group.seal": self._group_seal,
+            "group.discard": self._group_discard,
+            "attempt.dispatch": self._attempt_dispatch,
+            "attempt.resume": self._attempt_resume,
+            "attempt.seal": self._attempt_seal,
+            "attempt.refuse": self._attempt_refuse,
+            "attempt.abandon": self._attempt_abandon,
+            "train.step": self._train_step,
+        }
 
     def feed(self, event: dict[str, Any]) -> None:
         kind = event["event"]
@@ -147,7 +160,7 @@ class _Analysis:
             self._new_run(run_id, t)
         assert self.run is not None
         self.run.last_t = max(self.run.last_t, t)
-        handler = getattr(self, "_" + kind.replace(".", "_"), None)
+        handler = self._handlers.get(kind)
         if handler is not None:
             handler(event, t)
 

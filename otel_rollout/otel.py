@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -176,16 +176,3 @@ def build_exporters(run_id: str, chosen: OtelSettings) -> list[EventExporter]:
     if chosen.metrics or chosen.meter_provider is not None:
         exporters.append(_providers.metrics_exporter(run_id, chosen))
     return exporters
-
-
-def describe(chosen: OtelSettings) -> Sequence[str]:
-    """One line per destination, for the CLI to say where things go."""
-    if not chosen.active:
-        return ["spans and metrics: off (JSONL only)"]
-    lines = []
-    if chosen.traces != "none":
-        lines.append(f"spans: {chosen.traces} {chosen.protocol} {chosen.endpoint or '(from env)'}")
-    for m in sorted(chosen.metrics):
-        where = f"{chosen.prometheus_host}:{chosen.prometheus_port}" if m == "prometheus" else ""
-        lines.append(f"metrics: {m} {where}".rstrip())
-    return lines

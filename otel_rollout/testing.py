@@ -286,6 +286,5 @@ def kill_loss_window(
     finally:
         child.wait(30)
     reader = EventReader(path, kinds={"tick"}, on_skip=lambda *a: None)
-    newest = max((e["t"] for e in reader), default=float("nan"))
-    events = sum(1 for _ in EventReader(path, kinds={"tick"}, on_skip=lambda *a: None))
-    return KillResult(killed_at - newest, events, reader.skipped)
+    times = [e["t"] for e in reader]
+    return KillResult(killed_at - max(times, default=float("nan")), len(times), reader.skipped)

@@ -40,19 +40,16 @@ def metrics_env(port: int) -> dict[str, str]:
     return env | {"OTEL_METRICS_EXPORTER": "prometheus", "OTEL_EXPORTER_PROMETHEUS_PORT": str(port)}
 
 
+def simulate_command(log_dir, *args: str) -> list[str]:
+    """The command line of a quiet ``otel-rollout simulate`` into ``log_dir``."""
+    command = [sys.executable, "-m", "otel_rollout", "simulate", "--log-dir", str(log_dir)]
+    return [*command, "--quiet", *args]
+
+
 def start_simulation(log_dir, port: int, *args: str) -> subprocess.Popen[bytes]:
     """``otel-rollout simulate`` in the background, serving metrics on 127.0.0.1:``port``."""
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "otel_rollout",
-            "simulate",
-            "--log-dir",
-            str(log_dir),
-            "--quiet",
-            *args,
-        ],
+        simulate_command(log_dir, *args),
         env=metrics_env(port),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

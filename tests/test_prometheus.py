@@ -11,13 +11,12 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
 
 import pytest
-from conftest import metrics_env
+from conftest import metrics_env, simulate_command
 
 from otel_rollout.batch_age import batch_age_by_step
 from otel_rollout.reader import read_events
@@ -28,16 +27,7 @@ INSTALL = "apt-get install -y --no-install-recommends prometheus"
 def simulate(log_dir, port: int, *args: str) -> subprocess.CompletedProcess[str]:
     """``otel-rollout simulate`` serving Prometheus metrics on 127.0.0.1:``port``."""
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "otel_rollout",
-            "simulate",
-            "--log-dir",
-            str(log_dir),
-            "--quiet",
-            *args,
-        ],
+        simulate_command(log_dir, *args),
         env=metrics_env(port),
         capture_output=True,
         text=True,
