@@ -32,8 +32,8 @@ import with_otel  # noqa: E402
 from yardstick import PlainWriter, plain_read  # noqa: E402
 
 from otel_rollout.batch_age import BATCH_AGE_EVENTS, batch_age_by_step  # noqa: E402
-from otel_rollout.cost import COST_EVENTS, analyze  # noqa: E402
-from otel_rollout.reader import read_events  # noqa: E402
+from otel_rollout.cost import CostEvent, analyze, analyze_batches  # noqa: E402
+from otel_rollout.reader import EventReader, read_events  # noqa: E402
 from otel_rollout.testing import kill_loss_window, synthetic_trace  # noqa: E402
 from otel_rollout.trace import RolloutTrace  # noqa: E402
 
@@ -105,7 +105,7 @@ def reader_throughput(path: Path, lines: int) -> dict[str, float]:
             lambda: batch_age_by_step(read_events(path, kinds=BATCH_AGE_EVENTS))
         ),
         "yardstick cost (loads every line)": timed(lambda: analyze(plain_read(path))),
-        "cost": timed(lambda: analyze(read_events(path, kinds=COST_EVENTS))),
+        "cost": timed(lambda: analyze_batches(EventReader(path, as_type=CostEvent).batches())),
     }
 
 
@@ -139,7 +139,7 @@ def kill_windows(tmp: Path, kills: int, endpoint: str) -> dict[str, float]:
 _PEAK = """
 import sys
 from otel_rollout.batch_age import BATCH_AGE_EVENTS, batch_age_by_step
-from otel_rollout.reader import read_events
+from otel_rollout.reader import EventReader, read_events
 
 def high_water_mb():  # VmHWM, unlike ru_maxrss, is not inherited across exec
     for line in open("/proc/self/status"):
@@ -148,8 +148,8 @@ def high_water_mb():  # VmHWM, unlike ru_maxrss, is not inherited across exec
 
 base = high_water_mb()
 if sys.argv[2] == "cost":
-    from otel_rollout.cost import COST_EVENTS, analyze
-    steps = analyze(read_events(sys.argv[1], kinds=COST_EVENTS)).boundaries
+    from otel_rollout.cost import CostEvent, analyze_batches
+    steps = analyze_batches(EventReader(sys.argv[1], as_type=CostEvent).batches()).boundaries
 else:
     steps = batch_age_by_step(read_events(sys.argv[1], kinds=BATCH_AGE_EVENTS))
 print(high_water_mb() - base, base, len(steps))

@@ -4,6 +4,9 @@ A killed writer can leave a torn last line, and files are copied, gzipped and
 concatenated; the reader survives all of that.  Analyses that need only a few
 event kinds pass ``kinds=`` so lines of other kinds are never parsed: a
 substring test on the raw bytes is several times cheaper than ``orjson.loads``.
+Analyses that read nearly every line pass ``as_type=``, a ``msgspec.Struct``
+naming the fields they use: msgspec skips the other fields in C and decodes a
+whole block per call, about twice as fast as a dict per line.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+import msgspec
 import orjson
 
 __all__ = ["EventReader", "read_events"]
@@ -25,7 +29,7 @@ _log = logging.getLogger("otel_rollout")
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _BOM = b"\xef\xbb\xbf"
-_CHUNK = 1 << 22
+_CHUNK = 1 << 17  # small enough that a block and its events stay in the CPU cache
 #: Up to this many wanted kinds, lines of other kinds are skipped without parsing.
 _MOST_KINDS_SEARCHED = 4
 #: Lines reported one by one before the rest are only counted.
@@ -42,6 +46,10 @@ class EventReader:
     the number that were not events (invalid JSON, torn, not an object).
     Each skipped line goes to ``on_skip(line_number, reason)``; by default
     the first few are logged as warnings and the rest summed up at the end.
+
+    Events are dicts, or with ``as_type`` instances of that ``msgspec.Struct``
+    (which must have an ``event`` field); a line that does not fit the type
+    (a required field missing, a value of the wrong type) is then skipped too.
     """
 
     def __init__(
@@ -51,8 +59,10 @@ class EventReader:
         kinds: Collection[str] | None = None,
         on_skip: OnSkip | None = None,
         progress: Progress | None = None,
+        as_type: type[msgspec.Struct] | None = None,
     ) -> None:
         self.path = Path(path)
+        self._typed = msgspec.json.Decoder(as_type) if as_type is not None else None
         self.kinds = frozenset(kinds) if kinds is not None else None
         self.lines = 0
         self.skipped = 0
@@ -80,68 +90,66 @@ class EventReader:
             _log.warning("%s:%d: %s; skipped", self.path, lineno, reason)
 
     def _recover(self, lineno: int, line: bytes, error: Exception, torn: bool) -> Any:
-        """The slow path for a line orjson rejects: a BOM, a blank line, or a skip."""
+        """The slow path for a line the decoder rejects: a BOM, a blank line, or a skip."""
+        loads, errors = self._decoder()
         if lineno == 1 and line.startswith(_BOM):
             try:
-                return orjson.loads(line[len(_BOM) :])
-            except orjson.JSONDecodeError:
-                pass
+                return loads(line[len(_BOM) :])
+            except errors as exc:
+                error = exc
         elif not line.strip():
             return None
-        self._skip(lineno, f"not valid JSON: {error}", torn)
+        if isinstance(error, msgspec.ValidationError):
+            self._skip(lineno, f"not an event: {error}", torn)
+        else:
+            self._skip(lineno, f"not valid JSON: {error}", torn)
         return None
 
+    def _decoder(self) -> tuple[Callable[[bytes], Any], type[Exception]]:
+        if self._typed is not None:
+            return self._typed.decode, msgspec.DecodeError
+        return orjson.loads, orjson.JSONDecodeError
+
+    def _whole_block(self, chunk: bytes, start: int, end: int) -> list[Any] | None:
+        """Every event of a block in one call, or None if a line needs the per-line path."""
+        try:
+            events = self._typed.decode_lines(memoryview(chunk)[start:end])  # type: ignore[union-attr]
+        except msgspec.DecodeError:
+            return None
+        if self.first_line_is_event is None and events:
+            self.first_line_is_event = True
+        if self.kinds is not None:
+            kinds = self.kinds
+            events = [e for e in events if e.event in kinds]
+        return events
+
+    def batches(self) -> Iterator[list[Any]]:
+        """The events block by block (a few MB of file each): less overhead per event."""
+        return self._blocks(numbered=False)
+
     def _scan(self, numbered: bool) -> Iterator[Any]:
-        loads = orjson.loads
-        decode_error = orjson.JSONDecodeError
+        for batch in self._blocks(numbered):
+            yield from batch
+
+    def _blocks(self, numbered: bool) -> Iterator[list[Any]]:
         kinds = self.kinds
         # Searching blocks for the wanted kinds pays when they are a few of a file's lines;
         # for many kinds nearly every line matches, and plain parsing then filtering is faster.
         few = kinds is not None and len(kinds) <= _MOST_KINDS_SEARCHED
         pattern = _kind_pattern(kinds) if few else None  # type: ignore[arg-type]
+        whole_blocks = self._typed is not None and not numbered and not few
         lineno = 0
-        first = True
-        filtering = kinds is not None
         with _open(self.path) as (stream, position, compressed):
             broken: list[str] = []
             total = _size(self.path) if self._progress is not None else 0
             for chunk, start, end, final in _chunks(stream, broken if compressed else None):
-                if pattern is None:
-                    lines = chunk.split(b"\n")
-                    if not final:
-                        del lines[-1]  # the piece after ``end``: the next block's
-                    if start:
-                        del lines[0]  # the piece before ``start``: the last block's
-                    candidates: Iterable[tuple[int, bytes]] = enumerate(lines, lineno + 1)
-                    count = len(lines)
-                    where = None
-                else:
-                    found = _matching_lines(chunk, start, end, pattern, lineno == 0)
-                    count = chunk.count(b"\n", start, end) + final
-                    if numbered:
-                        candidates, where = _numbered(chunk, start, found, lineno), None
-                    else:  # keys are byte offsets; a line number is worked out only if needed
-                        candidates, where = found, _locator(chunk, start, lineno)
-                for n, line in candidates:
-                    try:
-                        event = loads(line)
-                    except decode_error as exc:
-                        event = self._recover(where(n) if where else n, line, exc, final)
-                        first = self.first_line_is_event is None
-                        if event is None:
-                            continue
-                    if event.__class__ is not dict:
-                        kind = f"a JSON {type(event).__name__}, not an object"
-                        self._skip(where(n) if where else n, kind, final)
-                        first = False
-                        continue
-                    if first:
-                        first = False
-                        self.first_line_is_event = "event" in event
-                    if filtering and event.get("event") not in kinds:  # type: ignore[operator]
-                        continue
-                    yield (n, event) if numbered else event
-                lineno += count
+                events = None
+                if whole_blocks and not final and (lineno or not chunk.startswith(_BOM, start)):
+                    events = self._whole_block(chunk, start, end)
+                if events is None:
+                    events = self._lines(chunk, start, end, final, lineno, pattern, numbered)
+                yield events
+                lineno += chunk.count(b"\n", start, end) + final
                 if self._progress is not None:
                     self._progress(position(), total)
             if broken:
@@ -158,6 +166,64 @@ class EventReader:
                 self.skipped - MAX_WARNINGS,
                 self.skipped,
             )
+
+    def _lines(
+        self,
+        chunk: bytes,
+        start: int,
+        end: int,
+        final: bool,
+        before: int,
+        pattern: re.Pattern[bytes] | None,
+        numbered: bool,
+    ) -> list[Any]:
+        """The events of one block, line by line: each line decoded, or skipped and reported."""
+        out: list[Any] = []
+        loads, decode_error = self._decoder()
+        typed = self._typed is not None
+        kinds = self.kinds
+        first = self.first_line_is_event is None
+        if pattern is None:
+            lines = chunk.split(b"\n")
+            if not final:
+                del lines[-1]  # the piece after ``end``: the next block's
+            if start:
+                del lines[0]  # the piece before ``start``: the last block's
+            candidates: Iterable[tuple[int, bytes]] = enumerate(lines, before + 1)
+            where = None
+        else:
+            found = _matching_lines(chunk, start, end, pattern, before == 0)
+            if numbered:
+                candidates, where = _numbered(chunk, start, found, before), None
+            else:  # keys are byte offsets; a line number is worked out only if needed
+                candidates, where = found, _locator(chunk, start, before)
+        for n, line in candidates:
+            try:
+                event = loads(line)
+            except decode_error as exc:
+                event = self._recover(where(n) if where else n, line, exc, final)
+                first = self.first_line_is_event is None
+                if event is None:
+                    continue
+            if typed:
+                if first:
+                    first = False
+                    self.first_line_is_event = True
+                if kinds is not None and event.event not in kinds:
+                    continue
+            else:
+                if event.__class__ is not dict:
+                    kind = f"a JSON {type(event).__name__}, not an object"
+                    self._skip(where(n) if where else n, kind, final)
+                    first = False
+                    continue
+                if first:
+                    first = False
+                    self.first_line_is_event = "event" in event
+                if kinds is not None and event.get("event") not in kinds:
+                    continue
+            out.append((n, event) if numbered else event)
+        return out
 
 
 def read_events(

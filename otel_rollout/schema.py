@@ -9,11 +9,12 @@ renders it as the JSON Schema shipped beside this module
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+import msgspec
 import orjson
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "markdown_reference",
     "problems",
     "shipped_json_schema",
+    "struct_type",
 ]
 
 SCHEMA_VERSION = 1
@@ -347,6 +349,39 @@ def markdown_reference() -> str:
             f"| `{name}` | {fields(kind.required)} | {fields(kind.optional)} | {kind.doc} |"
         )
     return "\n".join(rows) + "\n"
+
+
+_PYTHON_TYPES: Mapping[str, Any] = {
+    "integer": int,
+    "number": float,
+    "string": str,
+    "array": list,
+    "object": dict,
+}
+
+
+def _python_type(name: str) -> Any:
+    """The Python type every kind agrees ``name`` has, or Any where kinds disagree."""
+    types = {
+        str(kind_fields[name].schema.get("type"))
+        for kind in EVENTS.values()
+        for kind_fields in (kind.required, kind.optional)
+        if name in kind_fields
+    }
+    if len(types) == 1:
+        return _PYTHON_TYPES.get(types.pop(), Any)
+    return Any
+
+
+def struct_type(name: str, fields: Iterable[str]) -> type[msgspec.Struct]:
+    """A ``msgspec.Struct`` of the common fields and ``fields``, typed as the schema types them.
+
+    For readers that need a few fields of every line (``EventReader(as_type=...)``):
+    msgspec skips the other fields without building them.  Fields a kind lacks are None.
+    """
+    common = [("event", str), ("t", float), ("run_id", str)]
+    optional = [(f, _python_type(f) | None, None) for f in fields if f not in COMMON_FIELDS]
+    return msgspec.defstruct(name, common + optional, gc=False)  # type: ignore[arg-type]
 
 
 def json_schema_text() -> bytes:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import logging
 
+import msgspec
 import orjson
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -187,4 +189,69 @@ class TestKindFilter:
         reader = EventReader(path, on_skip=lambda *a: None)
         events = list(reader)
         assert all(isinstance(e, dict) for e in events)
+        assert reader.skipped <= reader.lines
+
+
+class Narrow(msgspec.Struct):
+    event: str
+    t: float = 0.0
+    note: str | None = None
+
+
+class TestTypedReading:
+    def test_a_struct_type_yields_structs_with_only_its_fields(self, tmp_path):
+        """as_type= decodes each line into that Struct; other fields are dropped."""
+        path = tmp_path / "t.jsonl"
+        path.write_bytes(b'{"event":"a","t":1,"other":[1,2]}\n{"event":"b","note":"n"}\n')
+        assert list(EventReader(path, as_type=Narrow)) == [
+            Narrow("a", 1.0),
+            Narrow("b", note="n"),
+        ]
+
+    def test_a_line_that_does_not_fit_is_skipped_with_its_number(self, tmp_path):
+        """A wrong type or a missing required field skips that line only, and says why."""
+        path = tmp_path / "t.jsonl"
+        path.write_bytes(b'{"event":"a"}\n{"event":"b","t":"soon"}\n{"t":1}\n{"event":"c"}\n')
+        seen: list[tuple[int, str]] = []
+        reader = EventReader(path, as_type=Narrow, on_skip=lambda n, why: seen.append((n, why)))
+        assert [e.event for e in reader] == ["a", "c"]
+        assert [n for n, _ in seen] == [2, 3] and reader.lines == 4
+        assert "not an event" in seen[0][1] and "$.t" in seen[0][1]
+
+    @settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(
+        events=st.lists(_event, max_size=25),
+        junk=st.lists(st.binary(max_size=20), max_size=4),
+        block=st.integers(1, 120),
+        torn=st.booleans(),
+        bom=st.booleans(),
+    )
+    def test_typed_equals_dicts_converted(
+        self, tmp_path, monkeypatch, events, junk, block, torn, bom
+    ):
+        """Whatever the block size, typed reading yields the dict reader's events that fit
+        the type, converted, and counts the same lines."""
+        monkeypatch.setattr(reader_module, "_CHUNK", block)
+        raw = [orjson.dumps(e) for e in events] + [j.replace(b"\n", b"") for j in junk]
+        body = (b"\xef\xbb\xbf" if bom else b"") + b"\n".join(raw) + (b"" if torn else b"\n")
+        assume(not body.startswith(b"\x1f\x8b"))
+        path = tmp_path / "t.jsonl"
+        path.write_bytes(body)
+        expected = []
+        for e in EventReader(path, on_skip=lambda *a: None):
+            with contextlib.suppress(msgspec.ValidationError):
+                expected.append(msgspec.convert(e, Narrow))
+        typed = EventReader(path, as_type=Narrow, on_skip=lambda *a: None)
+        got = [e for batch in typed.batches() for e in batch]
+        assert got == expected
+        assert typed.lines == body.count(b"\n") + (1 if body and not body.endswith(b"\n") else 0)
+
+    @settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(data=st.binary(max_size=400))
+    def test_any_bytes_never_raise_typed(self, tmp_path, data):
+        """Arbitrary bytes read as a Struct type are events or counted skips, never an error."""
+        path = tmp_path / "t.jsonl"
+        path.write_bytes(data)
+        reader = EventReader(path, as_type=Narrow, on_skip=lambda *a: None)
+        assert all(isinstance(e, Narrow) for e in reader)
         assert reader.skipped <= reader.lines

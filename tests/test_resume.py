@@ -5,8 +5,10 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from otel_rollout import reader as reader_module
 from otel_rollout.batch_age import batch_age_by_step
-from otel_rollout.reader import read_events
+from otel_rollout.cost import CostEvent, analyze, analyze_batches
+from otel_rollout.reader import EventReader, read_events
 from otel_rollout.schema import problems
 
 FAST = ["--steps", "14", "--speed", "2", "--quiet"]
@@ -94,6 +96,17 @@ class TestCostOfTheDemo:
         assert second["steps_retrained"] >= 1
         summary = report["summary"]
         assert 0 < summary["tokens_trained"] < summary["tokens_generated"]
+
+    @pytest.mark.parametrize("block", [97, 1 << 12, 1 << 17])
+    def test_the_fast_reading_path_gives_the_same_report(self, demo, monkeypatch, block):
+        """Typed blocks (msgspec) and dicts line by line give the same report, whatever the
+        block size."""
+        _, _, log_dir = demo
+        path = log_dir / "rollout_trace.jsonl"
+        monkeypatch.setattr(reader_module, "_CHUNK", block)
+        fast = analyze_batches(EventReader(path, as_type=CostEvent).batches())
+        assert fast.report() == analyze(read_events(path)).report()
+        assert fast.boundaries and fast.tokens_generated > 0
 
     def test_demo_prints_the_cost_report(self, demo):
         """The demo ends with the report a newcomer reads."""

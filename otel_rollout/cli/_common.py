@@ -9,6 +9,8 @@ from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from ..reader import EventReader, OnSkip
 
 
@@ -26,6 +28,7 @@ def trace_reader(
     kinds: Collection[str] | None = None,
     on_skip: OnSkip | None = None,
     progress: bool = True,
+    as_type: type[msgspec.Struct] | None = None,
 ) -> EventReader:
     """An :class:`EventReader` for a file the user named, checked up front."""
     p = Path(path)
@@ -36,16 +39,22 @@ def trace_reader(
     if not os.access(p, os.R_OK):
         raise CliError(f"{p}: permission denied")
     report = terminal_progress(f"reading {p.name}") if progress else None
-    return EventReader(p, kinds=kinds, on_skip=on_skip, progress=report)
+    return EventReader(p, kinds=kinds, on_skip=on_skip, progress=report, as_type=as_type)
 
 
-def checked_events(reader: EventReader) -> Iterator[dict[str, Any]]:
-    """The reader's events; once they are read, raise if the file was not a trace at all."""
+def checked_batches(reader: EventReader) -> Iterator[list[Any]]:
+    """The reader's events block by block; at the end, raise if the file was not a trace."""
     seen = 0
-    for event in reader:
-        seen += 1
-        yield event
+    for batch in reader.batches():
+        seen += len(batch)
+        yield batch
     check_is_trace(reader, seen)
+
+
+def checked_events(reader: EventReader) -> Iterator[Any]:
+    """The reader's events; once they are read, raise if the file was not a trace at all."""
+    for batch in checked_batches(reader):
+        yield from batch
 
 
 def check_is_trace(reader: EventReader, events_seen: int) -> None:

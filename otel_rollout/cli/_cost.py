@@ -8,8 +8,8 @@ from typing import Any, TextIO
 
 import orjson
 
-from ..cost import COST_EVENTS, CostReport, analyze
-from ._common import checked_events, trace_reader
+from ..cost import CostEvent, CostReport, analyze_batches
+from ._common import checked_batches, trace_reader
 
 
 def add_parser(commands: Any) -> None:
@@ -37,8 +37,8 @@ def add_parser(commands: Any) -> None:
 
 
 def load_report(path: str, window: int = 5, progress: bool = True) -> CostReport:
-    reader = trace_reader(path, kinds=COST_EVENTS, progress=progress)
-    return analyze(checked_events(reader), window=window)
+    reader = trace_reader(path, progress=progress, as_type=CostEvent)
+    return analyze_batches(checked_batches(reader), window=window)
 
 
 def _fmt(value: Any, unit: str = "") -> str:
