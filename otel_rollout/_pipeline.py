@@ -54,6 +54,7 @@ class Pipeline:
         *,
         capacity: int,
         max_batch: int,
+        retry_max_delay: float = 0.5,
     ) -> None:
         if not exporters:
             raise ValueError("a pipeline needs at least one exporter (the log)")
@@ -63,6 +64,8 @@ class Pipeline:
         self._failed_exporters: set[int] = set()
         self._capacity = capacity
         self._max_batch = max_batch
+        self._retry_max_delay = retry_max_delay
+        self._give_up_at: float | None = None  # set by close: stop retrying a failing log then
         self._start()
 
     def _start(self) -> None:
@@ -128,11 +131,14 @@ class Pipeline:
                 return True
             self._closed = True
             self._markers += 1
+        # Leave the writer a tenth of the time to count what a failing log could not take.
+        self._give_up_at = time.monotonic() + 0.9 * timeout
         self._queue.put(_STOP)
         self._thread.join(timeout)
         if self._thread.is_alive():
             _log.warning(
-                "otel-rollout: writer did not finish within %.1fs; events still queued are lost",
+                "otel-rollout: the writer did not finish within %.1fs (OTEL_ROLLOUT_CLOSE_TIMEOUT);"
+                " events it had not written are lost",
                 timeout,
             )
             return False
@@ -160,11 +166,25 @@ class Pipeline:
         try:
             self._process(leftovers)
         finally:
-            for exporter in self._exporters:
-                try:
-                    exporter.shutdown()
-                except Exception:
-                    _log.exception("otel-rollout: %s failed to shut down", type(exporter).__name__)
+            self._shut_down_exporters()
+
+    def _shut_down_exporters(self) -> None:
+        """The log first (it only closes a file); the others, which may wait on a network,
+        each on a helper thread given what is left of close's time, then abandoned."""
+        for index, exporter in enumerate(self._exporters):
+            name = type(exporter).__name__
+            done = threading.Thread(
+                target=_shut_down, args=(exporter,), name=f"otel-rollout-{name}", daemon=True
+            )
+            done.start()
+            give_up_at = self._give_up_at
+            if index == 0 or give_up_at is None:
+                done.join()
+                continue
+            done.join(max(give_up_at - time.monotonic(), 0.0) + 0.05 * index)
+            if done.is_alive():
+                self.stats.exporter_errors += 1
+                _log.warning("otel-rollout: %s is still shutting down; not waiting for it", name)
 
     def _process(self, items: list[Any]) -> bool:
         """Export the events among ``items``, then release flush waiters; True on stop."""
@@ -205,7 +225,7 @@ class Pipeline:
             events.append(
                 {"t": time.time(), "run_id": self.run_id, "event": "trace.dropped", "count": drops}
             )
-        lost = min(self._call(0, events), len(events))
+        lost = self._export_to_log(events)
         if lost:
             # The drop report is the batch's last line, so it is the first one lost.
             lost_ours = max(lost - 1, 0) if drops else lost
@@ -216,6 +236,28 @@ class Pipeline:
         self.stats.written += ours
         for index in range(1, len(self._exporters)):
             self._call(index, events)
+
+    def _export_to_log(self, events: list[dict[str, Any]]) -> int:
+        """Write ``events`` to the log, retrying the unwritten tail while its fault may pass
+        (a full disk, a read-only remount); how many of the last events it could not take.
+
+        While this waits, the caller's queue fills and ``emit`` drops and counts events:
+        memory stays bounded and the controller never waits.  ``close`` ends the waiting.
+        """
+        log = self._exporters[0]
+        pending, delay = events, 0.01
+        while True:
+            lost = min(self._call(0, pending), len(pending))
+            if not lost or not getattr(log, "retryable", False):
+                return lost
+            pending = pending[len(pending) - lost :]
+            give_up_at = self._give_up_at
+            now = time.monotonic()
+            if give_up_at is not None and now >= give_up_at:
+                return lost
+            wait = delay if give_up_at is None else min(delay, give_up_at - now)
+            time.sleep(wait)
+            delay = min(delay * 2, self._retry_max_delay)
 
     def _call(self, index: int, events: list[dict[str, Any]]) -> int:
         exporter = self._exporters[index]
@@ -230,3 +272,10 @@ class Pipeline:
                 )
             return len(events)
         return lost
+
+
+def _shut_down(exporter: EventExporter) -> None:
+    try:
+        exporter.shutdown()
+    except Exception:
+        _log.exception("otel-rollout: %s failed to shut down", type(exporter).__name__)

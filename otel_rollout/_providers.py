@@ -137,7 +137,9 @@ def span_builder(run_id: str, chosen: OtelSettings) -> SpanBuilder:
         provider = chosen.tracer_provider
         tracer = provider.get_tracer(SCOPE)
         return SpanBuilder(lambda _: tracer, on_shutdown=lambda: provider.force_flush())
-    owned = TracerProvider(resource=resource(run_id, chosen))
+    # Not shut down at exit by the SDK (which waits out the OTLP timeout on a hung collector):
+    # the trace's own close does it, within OTEL_ROLLOUT_CLOSE_TIMEOUT.
+    owned = TracerProvider(resource=resource(run_id, chosen), shutdown_on_exit=False)
     exporter = ConsoleSpanExporter() if chosen.traces == "console" else _otlp_span_exporter(chosen)
     counting = CountingSpanExporter(exporter)
     owned.add_span_processor(BatchSpanProcessor(counting, max_export_batch_size=_live_batch_size()))
@@ -233,7 +235,12 @@ def metrics_exporter(run_id: str, chosen: OtelSettings) -> MetricsExporter:
         View(instrument_name="rollout.tokens.trained", attribute_keys={"age"}),
         View(instrument_name="rollout.checkpoints", attribute_keys={"kind"}),
     ]
-    owned = MeterProvider(resource=resource(run_id, chosen), metric_readers=readers, views=views)
+    owned = MeterProvider(
+        resource=resource(run_id, chosen),
+        metric_readers=readers,
+        views=views,
+        shutdown_on_exit=False,  # the trace's close shuts it down, within its timeout
+    )
 
     def shutdown() -> None:
         owned.shutdown()

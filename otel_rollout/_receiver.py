@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import threading
+import time
 from collections.abc import Callable
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -33,14 +34,27 @@ class OtlpReceiver:
     """Receives OTLP spans and metrics on ``endpoint`` until closed.
 
     ``protocol`` is ``"grpc"`` or ``"http/protobuf"``; with ``keep=False`` it only
-    counts spans (``span_count``), for long benchmarks.  ``spans()`` gives
+    counts spans (``span_count``), for long benchmarks.  For fault tests, ``delay``
+    makes every answer wait that many seconds, and ``fail=True`` refuses every
+    export with the retryable error a busy collector gives (gRPC UNAVAILABLE,
+    HTTP 503), counting the refusals in ``refused``.  ``spans()`` gives
     ``(resource_attributes, span)`` pairs (``span`` is the protobuf message);
     ``metric_points(name)`` gives the data points of one metric.
     """
 
-    def __init__(self, protocol: str = "grpc", *, keep: bool = True) -> None:
+    def __init__(
+        self,
+        protocol: str = "grpc",
+        *,
+        keep: bool = True,
+        delay: float = 0.0,
+        fail: bool = False,
+    ) -> None:
         self.protocol = protocol
         self.keep = keep
+        self.delay = delay
+        self.fail = fail
+        self.refused = 0
         self.span_count = 0
         self.trace_requests: list[trace_service_pb2.ExportTraceServiceRequest] = []
         self.metric_requests: list[metrics_service_pb2.ExportMetricsServiceRequest] = []
@@ -52,6 +66,15 @@ class OtlpReceiver:
         else:
             raise ValueError(f"unknown OTLP protocol {protocol!r}")
         self.endpoint = f"http://127.0.0.1:{self.port}"
+
+    def _accepts(self) -> bool:
+        """Wait ``delay``, then say whether to accept (False: answer with an error)."""
+        if self.delay:
+            time.sleep(self.delay)
+        if self.fail:
+            with self._lock:
+                self.refused += 1
+        return not self.fail
 
     def _keep(self, store: list[Any], message: Any) -> None:
         with self._lock:
@@ -69,11 +92,15 @@ class OtlpReceiver:
 
         class Traces(trace_service_pb2_grpc.TraceServiceServicer):
             def Export(self, request: Any, context: Any) -> Any:
+                if not receiver._accepts():
+                    context.abort(grpc.StatusCode.UNAVAILABLE, "refusing (a fault test)")
                 receiver._keep(receiver.trace_requests, request)
                 return trace_service_pb2.ExportTraceServiceResponse()
 
         class Metrics(metrics_service_pb2_grpc.MetricsServiceServicer):
             def Export(self, request: Any, context: Any) -> Any:
+                if not receiver._accepts():
+                    context.abort(grpc.StatusCode.UNAVAILABLE, "refusing (a fault test)")
                 receiver._keep(receiver.metric_requests, request)
                 return metrics_service_pb2.ExportMetricsServiceResponse()
 
@@ -109,6 +136,9 @@ class OtlpReceiver:
                 if self.headers.get("Content-Encoding") == "gzip":
                     body = gzip.decompress(body)
                 request_type, response_type, store = route
+                if not receiver._accepts():
+                    self.send_error(503)
+                    return
                 receiver._keep(store, request_type.FromString(body))
                 payload = response_type().SerializeToString()
                 self.send_response(200)

@@ -15,8 +15,12 @@ from typing import Generic, TypeVar
 
 __all__ = [
     "CLOSE_TIMEOUT",
+    "HANDLE_SIGTERM",
     "MAX_BATCH",
+    "MAX_EVENT_BYTES",
+    "MAX_LINE_BYTES",
     "QUEUE_SIZE",
+    "RETRY_MAX_DELAY",
     "SETTINGS",
     "Setting",
 ]
@@ -50,7 +54,7 @@ class Setting(Generic[T]):
 
     def check(self, value: T) -> T:
         """Reject values that cannot work (a queue of zero events, a negative timeout)."""
-        if isinstance(value, (int, float)) and value <= 0:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
             raise ValueError(f"{self.env} must be positive, got {value!r}")
         return value
 
@@ -74,4 +78,48 @@ CLOSE_TIMEOUT: Setting[float] = Setting(
     "Seconds close() waits for the writer to finish before giving up on it.",
 )
 
-SETTINGS: tuple[Setting, ...] = (QUEUE_SIZE, MAX_BATCH, CLOSE_TIMEOUT)
+RETRY_MAX_DELAY: Setting[float] = Setting(
+    "OTEL_ROLLOUT_RETRY_MAX_DELAY",
+    0.5,
+    float,
+    "Longest wait between attempts to write the log while a disk fault lasts (seconds).",
+)
+MAX_EVENT_BYTES: Setting[int] = Setting(
+    "OTEL_ROLLOUT_MAX_EVENT_BYTES",
+    4 << 20,
+    int,
+    "Longest line the writer writes; a bigger event keeps its kind and time, not its fields.",
+)
+MAX_LINE_BYTES: Setting[int] = Setting(
+    "OTEL_ROLLOUT_MAX_LINE_BYTES",
+    64 << 20,
+    int,
+    "Longest line readers hold; longer ones are skipped and counted, not loaded.",
+)
+
+
+def _flag(raw: str) -> bool:
+    value = raw.lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected true or false")
+
+
+HANDLE_SIGTERM: Setting[bool] = Setting(
+    "OTEL_ROLLOUT_HANDLE_SIGTERM",
+    True,
+    _flag,
+    "On SIGTERM (when no other handler is set), write queued events, then die as usual.",
+)
+
+SETTINGS: tuple[Setting, ...] = (
+    QUEUE_SIZE,
+    MAX_BATCH,
+    CLOSE_TIMEOUT,
+    RETRY_MAX_DELAY,
+    MAX_EVENT_BYTES,
+    MAX_LINE_BYTES,
+    HANDLE_SIGTERM,
+)

@@ -18,6 +18,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
+from . import config
+
 __all__ = ["EventExporter", "JsonlExporter", "encode_event"]
 
 _log = logging.getLogger("otel_rollout")
@@ -99,47 +101,122 @@ def encode_event(event: dict[str, Any]) -> bytes:
             return orjson.dumps(_coerce(fallback), option=_OPTIONS) + b"\n"
 
 
+def oversized(event: dict[str, Any], size: int) -> bytes:
+    """The line written instead of an event too big to write: its kind and time, not its fields."""
+    kept = {k: event[k] for k in ("t", "run_id", "event") if k in event}
+    kept["oversized"] = {"bytes": size, "fields": sorted(str(k) for k in event if k not in kept)}
+    return encode_event(kept)
+
+
 class JsonlExporter:
     """Append each batch to a JSONL file with one ``write`` call, so a kill tears at most one line.
 
     The file is opened unbuffered in append mode: every batch is in the
     kernel's page cache when ``export`` returns, which survives ``kill -9``.
+
+    Faults: a failed write reports how many of the batch's lines did reach the
+    file (a full disk can take part of a batch) and sets :attr:`retryable`; a
+    line cut by the failure is ended by the next write, so it reads as one
+    skipped line.  If the file (or its directory) is deleted, the next batch
+    recreates it rather than writing into the void.  Events whose line would
+    exceed ``max_event_bytes`` are written as their kind and time only.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, max_event_bytes: int | None = None) -> None:
         self.path = path
-        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.max_event_bytes = config.MAX_EVENT_BYTES.resolve(max_event_bytes)
+        #: True after a write failed for a reason that may pass (full disk, read-only remount).
+        self.retryable = False
+        #: Events written as their kind and time only, because they were too big.
+        self.oversized = 0
+        self._fd: int | None = self._open()
         self._failing = False
+        self._cut = False  # the last failed write left part of a line in the file
 
-    def export(self, events: Sequence[dict[str, Any]]) -> int:
-        if self._fd is None:
-            return len(events)
+    def _open(self) -> int:
+        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def _encode(self, events: Sequence[dict[str, Any]]) -> list[bytes]:
         dumps = orjson.dumps
+        limit = self.max_event_bytes
         lines = []
         for event in events:
             try:
                 # ``+ b"\n"`` copies the line into a right-sized object and frees orjson's
                 # oversized buffer at once; holding a batch of those buffers until the join
                 # (as OPT_APPEND_NEWLINE would) costs 2-3 us an event in malloc, not 0.25.
-                lines.append(dumps(event, default=_default) + b"\n")
+                line = dumps(event, default=_default) + b"\n"
             except TypeError:
-                lines.append(encode_event(event))
-        data = b"".join(lines)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(self._fd, view) :]
-        except OSError as exc:
-            if not self._failing:
-                _log.error(
-                    "otel-rollout: cannot write %s: %s; counting lost events", self.path, exc
-                )
-            self._failing = True
+                line = encode_event(event)
+            if len(line) > limit:
+                self.oversized += 1
+                line = oversized(event, len(line))
+            lines.append(line)
+        return lines
+
+    def export(self, events: Sequence[dict[str, Any]]) -> int:
+        if self._fd is None:
+            self.retryable = False
             return len(events)
-        if self._failing:
-            _log.warning("otel-rollout: writing %s again", self.path)
-            self._failing = False
-        return 0
+        lines = self._encode(events)
+        try:
+            self._reopen_if_deleted()
+        except OSError as exc:
+            return self._failed(exc, len(events))
+        data = b"".join(lines)
+        lead = b"\n" if self._cut else b""
+        done, error = self._write(lead + data)
+        if error is None:
+            self._cut = False
+            if self._failing:
+                _log.warning("otel-rollout: writing %s again", self.path)
+                self._failing = False
+            self.retryable = False
+            return 0
+        # Count the lines that reached the file whole; the rest are lost (and retried).
+        whole, end = 0, len(lead)
+        if done >= end:
+            self._cut = False
+            for line in lines:
+                end += len(line)
+                if end > done:
+                    break
+                whole += 1
+            self._cut = done != end - len(lines[whole]) if whole < len(lines) else False
+        return self._failed(error, len(events) - whole)
+
+    def _write(self, data: bytes) -> tuple[int, OSError | None]:
+        """How many bytes of ``data`` were written, and the error that stopped it, if any."""
+        view = memoryview(data)
+        done = 0
+        try:
+            while done < len(data):
+                done += os.write(self._fd, view[done:])  # type: ignore[arg-type]
+        except OSError as exc:
+            return done, exc
+        return done, None
+
+    def _failed(self, exc: OSError, lost: int) -> int:
+        if not self._failing:
+            _log.error(
+                "otel-rollout: cannot write %s: %s; retrying, and counting what is lost",
+                self.path,
+                exc,
+            )
+        self._failing = True
+        self.retryable = True
+        return lost
+
+    def _reopen_if_deleted(self) -> None:
+        """Recreate the log (and its directory) if it was deleted while open."""
+        assert self._fd is not None
+        if os.fstat(self._fd).st_nlink > 0:
+            return
+        _log.warning("otel-rollout: %s was deleted; writing to a new file there", self.path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = self._open()
+        os.close(self._fd)
+        self._fd, self._cut = fd, False
 
     def shutdown(self) -> None:
         if self._fd is not None:

@@ -23,6 +23,8 @@ from typing import IO, Any
 import msgspec
 import orjson
 
+from . import config
+
 __all__ = ["EventReader", "read_events"]
 
 _log = logging.getLogger("otel_rollout")
@@ -60,8 +62,10 @@ class EventReader:
         on_skip: OnSkip | None = None,
         progress: Progress | None = None,
         as_type: type[msgspec.Struct] | None = None,
+        max_line_bytes: int | None = None,
     ) -> None:
         self.path = Path(path)
+        self.max_line_bytes = config.MAX_LINE_BYTES.resolve(max_line_bytes)
         self._typed = msgspec.json.Decoder(as_type) if as_type is not None else None
         self.kinds = frozenset(kinds) if kinds is not None else None
         self.lines = 0
@@ -124,14 +128,16 @@ class EventReader:
         return events
 
     def batches(self) -> Iterator[list[Any]]:
-        """The events block by block (a few MB of file each): less overhead per event."""
-        return self._blocks(numbered=False)
+        """The events block by block (128 KB of file each): with ``as_type``, the fastest
+        way through a file, since each block is decoded in one call."""
+        for batch in self._blocks(numbered=False):
+            yield batch if batch.__class__ is list else list(batch)
 
     def _scan(self, numbered: bool) -> Iterator[Any]:
         for batch in self._blocks(numbered):
             yield from batch
 
-    def _blocks(self, numbered: bool) -> Iterator[list[Any]]:
+    def _blocks(self, numbered: bool) -> Iterator[Iterable[Any]]:
         kinds = self.kinds
         # Searching blocks for the wanted kinds pays when they are a few of a file's lines;
         # for many kinds nearly every line matches, and plain parsing then filtering is faster.
@@ -142,7 +148,19 @@ class EventReader:
         with _open(self.path) as (stream, position, compressed):
             broken: list[str] = []
             total = _size(self.path) if self._progress is not None else 0
-            for chunk, start, end, final in _chunks(stream, broken if compressed else None):
+
+            def long_line(length: int) -> None:
+                nonlocal lineno
+                lineno += 1
+                self._skip(
+                    lineno,
+                    f"a line of {length:,} bytes, over the limit of "
+                    f"{self.max_line_bytes:,} (OTEL_ROLLOUT_MAX_LINE_BYTES)",
+                    False,
+                )
+
+            blocks = _chunks(stream, broken if compressed else None, self.max_line_bytes, long_line)
+            for chunk, start, end, final in blocks:
                 events = None
                 if whole_blocks and not final and (lineno or not chunk.startswith(_BOM, start)):
                     events = self._whole_block(chunk, start, end)
@@ -176,9 +194,12 @@ class EventReader:
         before: int,
         pattern: re.Pattern[bytes] | None,
         numbered: bool,
-    ) -> list[Any]:
-        """The events of one block, line by line: each line decoded, or skipped and reported."""
-        out: list[Any] = []
+    ) -> Iterator[Any]:
+        """The events of one block, line by line: each line decoded, or skipped and reported.
+
+        A generator, so that each dict is dropped as soon as the caller is done with it
+        (a list of a block's dicts would keep the cyclic GC busy: ~25% slower).
+        """
         loads, decode_error = self._decoder()
         typed = self._typed is not None
         kinds = self.kinds
@@ -222,8 +243,7 @@ class EventReader:
                     self.first_line_is_event = "event" in event
                 if kinds is not None and event.get("event") not in kinds:
                     continue
-            out.append((n, event) if numbered else event)
-        return out
+            yield (n, event) if numbered else event
 
 
 def read_events(
@@ -290,15 +310,24 @@ def _locator(chunk: bytes, start: int, before: int) -> Callable[[int], int]:
     return lambda offset: before + chunk.count(b"\n", start, offset) + 1
 
 
-def _chunks(stream: IO[bytes], broken: list[str] | None) -> Iterator[tuple[bytes, int, int, bool]]:
+def _chunks(
+    stream: IO[bytes],
+    broken: list[str] | None,
+    max_line: int,
+    on_long: Callable[[int], None],
+) -> Iterator[tuple[bytes, int, int, bool]]:
     """Blocks ``(data, start, end, final)`` where ``data[start:end]`` is whole lines.
 
-    Blocks are not copied: a line split across two reads is yielded as its own
+    Blocks are not copied: a line split across reads is yielded as its own
     small block.  The block with ``final`` set is an unterminated tail, a torn
-    last line.  For a compressed stream (``broken`` given), a truncated or
-    corrupt end stops the blocks and is noted in ``broken`` rather than raised.
+    last line.  A line longer than ``max_line`` is never held whole: its bytes
+    are passed over and ``on_long(length)`` is called where it ends.  For a
+    compressed stream (``broken`` given), a truncated or corrupt end stops the
+    blocks and is noted in ``broken`` rather than raised.
     """
-    carry = b""
+    pieces: list[bytes] = []  # the start of a line that began in an earlier read
+    held = 0  # its length so far
+    too_long = False  # the current line passed max_line: its bytes are dropped
     while True:
         try:
             block = stream.read(_CHUNK)
@@ -308,22 +337,37 @@ def _chunks(stream: IO[bytes], broken: list[str] | None) -> Iterator[tuple[bytes
             broken.append(str(exc) or type(exc).__name__)
             block = b""
         if not block:
-            if carry:
-                yield carry, 0, len(carry), True
+            if too_long:
+                on_long(held)
+            elif pieces:
+                joined = b"".join(pieces)
+                yield joined, 0, len(joined), True
             return
         start = 0
-        if carry:
+        if held:
             newline = block.find(b"\n")
             if newline < 0:
-                carry += block
+                held += len(block)
+                if not too_long:
+                    pieces.append(block)
+                    if held > max_line:
+                        pieces, too_long = [], True
                 continue
             start = newline + 1
-            joined = carry + block[:start]
-            yield joined, 0, len(joined), False
+            held += start
+            if too_long or held > max_line:
+                on_long(held)
+            else:
+                pieces.append(block[:start])
+                joined = b"".join(pieces)
+                yield joined, 0, len(joined), False
+            pieces, held, too_long = [], 0, False
         end = block.rfind(b"\n") + 1
-        carry = block[max(start, end) :]
         if end > start:
             yield block, start, end, False
+        tail = block[max(start, end) :]
+        if tail:
+            pieces, held = [tail], len(tail)
 
 
 class _open:

@@ -4,7 +4,8 @@
 * :class:`TraceBuilder` writes small, exact trace files for analyses to read.
 * :func:`synthetic_trace` writes a large, realistic one quickly (benchmarks).
 * :class:`OtlpReceiver` is a real OTLP endpoint (gRPC or HTTP) on 127.0.0.1
-  that keeps the spans and metrics sent to it.
+  that keeps the spans and metrics sent to it (or answers slowly, or refuses).
+* :class:`BlackHole` is an endpoint that accepts connections and never answers.
 * :func:`kill_loss_window` kills a steadily emitting process with ``SIGKILL``
   and measures how much of its recent history the file lost.
 """
@@ -15,6 +16,7 @@ import itertools
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     from ._receiver import OtlpReceiver
 
 __all__ = [
+    "BlackHole",
     "InMemoryExporter",
     "KillResult",
     "OtlpReceiver",
@@ -47,6 +50,50 @@ def __getattr__(name: str) -> Any:
 
         return OtlpReceiver
     raise AttributeError(f"module 'otel_rollout.testing' has no attribute {name!r}")
+
+
+class BlackHole:
+    """A TCP endpoint on 127.0.0.1 that accepts connections, reads, and never answers:
+    the collector that hangs, for testing that nothing waits on it for long."""
+
+    def __init__(self) -> None:
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port = self._server.getsockname()[1]
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.connections = 0
+        self._held: list[socket.socket] = []
+        self._closed = False
+        threading.Thread(target=self._accept, name="black-hole", daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                return
+            self.connections += 1
+            self._held.append(conn)
+            threading.Thread(target=self._swallow, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _swallow(conn: socket.socket) -> None:
+        try:
+            while conn.recv(1 << 16):
+                pass
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self._closed = True
+        self._server.close()
+        for conn in self._held:
+            conn.close()
+
+    def __enter__(self) -> BlackHole:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class InMemoryExporter:

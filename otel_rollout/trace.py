@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import signal
 import socket
 import sys
 import time
@@ -110,11 +111,13 @@ class RolloutTrace:
             [JsonlExporter(path), *exporters, *_otel_exporters(self.run_id, self.otel)],
             capacity=config.QUEUE_SIZE.resolve(capacity),
             max_batch=config.MAX_BATCH.resolve(),
+            retry_max_delay=config.RETRY_MAX_DELAY.resolve(),
         )
         self._config_fields = config_fields
         self.emit = self._pipeline.make_emit()  # type: ignore[method-assign]
         self._submit_run_start()
         _live.add(self)
+        _handle_sigterm()
 
     def _submit_run_start(self, **extra: Any) -> None:
         assert self._pipeline is not None
@@ -152,9 +155,16 @@ class RolloutTrace:
         self.emit(event, **fields)
 
     def flush(self) -> None:
-        """Wait until every event queued before this call has been written."""
-        if self._pipeline is not None:
-            self._pipeline.flush()
+        """Wait until every event queued before this call has been written.
+
+        Waits at most ``OTEL_ROLLOUT_CLOSE_TIMEOUT`` seconds, so a full disk cannot
+        hang the caller; a flush that gives up says so in the log.
+        """
+        if self._pipeline is None:
+            return
+        limit = config.CLOSE_TIMEOUT.resolve()
+        if not self._pipeline.flush(limit):
+            _log.warning("otel-rollout: flush gave up after %.1fs; events are still queued", limit)
 
     def close(self) -> None:
         """Write every queued event, then stop the writer and close the file.
@@ -209,6 +219,26 @@ def _close_all() -> None:
 def _after_fork() -> None:
     for trace in list(_live):
         trace._after_fork_in_child()
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    """Write what the traces queued, then die of SIGTERM as if no handler had been set."""
+    try:
+        _close_all()
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _handle_sigterm() -> None:
+    """Install :func:`_on_sigterm`, unless the program has its own handler (or we cannot)."""
+    if not config.HANDLE_SIGTERM.resolve():
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread: signals are the main thread's to set
+        pass
 
 
 atexit.register(_close_all)
