@@ -71,12 +71,12 @@ def _default(value: Any) -> Any:
     return repr(value)
 
 
-def _coerce(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     """A copy of ``value`` that orjson can always encode (the slow, rare path)."""
     if isinstance(value, dict):
-        return {str(k) if not isinstance(k, str) else k: _coerce(v) for k, v in value.items()}
+        return {str(k) if not isinstance(k, str) else k: jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_coerce(v) for v in value]
+        return [jsonable(v) for v in value]
     if isinstance(value, bool) or value is None or isinstance(value, (str, float)):
         return value
     if isinstance(value, int):
@@ -85,7 +85,7 @@ def _coerce(value: Any) -> Any:
         orjson.dumps(value, default=_default, option=_OPTIONS)
         return value
     except (TypeError, RecursionError):
-        return _coerce(_default(value)) if not isinstance(value, (set, frozenset)) else repr(value)
+        return jsonable(_default(value)) if not isinstance(value, (set, frozenset)) else repr(value)
 
 
 def encode_event(event: dict[str, Any]) -> bytes:
@@ -94,11 +94,11 @@ def encode_event(event: dict[str, Any]) -> bytes:
         return orjson.dumps(event, default=_default, option=_OPTIONS) + b"\n"
     except (TypeError, RecursionError):
         try:
-            return orjson.dumps(_coerce(event), default=_default, option=_OPTIONS) + b"\n"
+            return orjson.dumps(jsonable(event), default=_default, option=_OPTIONS) + b"\n"
         except (TypeError, RecursionError) as exc:
             fallback = {k: event[k] for k in ("t", "run_id", "event") if k in event}
             fallback["unencodable"] = f"{type(exc).__name__}: {exc}"
-            return orjson.dumps(_coerce(fallback), option=_OPTIONS) + b"\n"
+            return orjson.dumps(jsonable(fallback), option=_OPTIONS) + b"\n"
 
 
 def oversized(event: dict[str, Any], size: int) -> bytes:

@@ -37,6 +37,8 @@ _MOST_KINDS_SEARCHED = 4
 #: Lines reported one by one before the rest are only counted.
 MAX_WARNINGS = 10
 
+_TYPED_ERRORS = (msgspec.DecodeError, RecursionError)
+
 Progress = Callable[[int, int], None]
 OnSkip = Callable[[int, str], None]
 
@@ -109,16 +111,18 @@ class EventReader:
             self._skip(lineno, f"not valid JSON: {error}", torn)
         return None
 
-    def _decoder(self) -> tuple[Callable[[bytes], Any], type[Exception]]:
+    def _decoder(self) -> tuple[Callable[[bytes], Any], tuple[type[Exception], ...]]:
+        """The line decoder and what it raises for a bad line (msgspec raises RecursionError
+        for very deep nesting, where orjson raises its JSONDecodeError)."""
         if self._typed is not None:
-            return self._typed.decode, msgspec.DecodeError
-        return orjson.loads, orjson.JSONDecodeError
+            return self._typed.decode, _TYPED_ERRORS
+        return orjson.loads, (orjson.JSONDecodeError,)
 
     def _whole_block(self, chunk: bytes, start: int, end: int) -> list[Any] | None:
         """Every event of a block in one call, or None if a line needs the per-line path."""
         try:
             events = self._typed.decode_lines(memoryview(chunk)[start:end])  # type: ignore[union-attr]
-        except msgspec.DecodeError:
+        except _TYPED_ERRORS:
             return None
         if self.first_line_is_event is None and events:
             self.first_line_is_event = True
@@ -241,8 +245,10 @@ class EventReader:
                 if first:
                     first = False
                     self.first_line_is_event = "event" in event
-                if kinds is not None and event.get("event") not in kinds:
-                    continue
+                if kinds is not None:
+                    kind = event.get("event")
+                    if kind.__class__ is not str or kind not in kinds:
+                        continue
             yield (n, event) if numbered else event
 
 

@@ -9,6 +9,7 @@ renders it as the JSON Schema shipped beside this module
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -272,10 +273,11 @@ def problems(event: Any) -> list[str]:
         return [f"is a JSON {type(event).__name__}, not an object"]
     found: list[str] = []
     _check_fields(event, COMMON_FIELDS, True, found)
-    kind = EVENTS.get(event.get("event"))  # type: ignore[arg-type]
+    name = event.get("event")
+    kind = EVENTS.get(name) if isinstance(name, str) else None
     if kind is None:
-        if isinstance(event.get("event"), str):
-            found.append(f"unknown event kind {event['event']!r}")
+        if isinstance(name, str):
+            found.append(f"unknown event kind {name!r}")
         return found
     _check_fields(event, kind.required, True, found)
     _check_fields(event, kind.optional, False, found)
@@ -296,7 +298,10 @@ def _check_fields(
 
 
 def _short(value: Any) -> str:
-    text = orjson.dumps(value, default=repr).decode()
+    try:
+        text = orjson.dumps(value, default=repr).decode()
+    except TypeError:  # nested past orjson's depth limit
+        text = reprlib.repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 

@@ -18,6 +18,7 @@ one built from the file a week later are the same.
 from __future__ import annotations
 
 import json
+import logging
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -26,6 +27,8 @@ from opentelemetry import trace as otel_trace
 from opentelemetry.trace import Link, SpanContext, Status, StatusCode
 
 __all__ = ["ERROR_REASONS", "SpanBuilder", "attributes"]
+
+_log = logging.getLogger("otel_rollout")
 
 #: Reasons that mark an abandoned attempt or a discarded group as an error.
 ERROR_REASONS = frozenset({"error", "failed", "timeout", "crash"})
@@ -102,6 +105,8 @@ class SpanBuilder:
         self._cuts: OrderedDict[str, list[tuple[int, dict[str, Any]]]] = OrderedDict()
         self._last_t: dict[str, float] = {}
         self.spans_started = 0
+        #: Events of a known kind that could not become spans (a field missing or mistyped).
+        self.malformed = 0
         self._handlers: dict[str, Callable[[dict[str, Any]], None]] = {
             "run.start": self._run_start,
             "group.reserve": self._group_reserve,
@@ -123,10 +128,26 @@ class SpanBuilder:
 
     def export(self, events: Sequence[dict[str, Any]]) -> int:
         for event in events:
-            handler = self._handlers.get(event.get("event"))  # type: ignore[arg-type]
-            if handler is not None:
-                self._last_t[event["run_id"]] = event["t"]
+            kind = event.get("event")
+            handler = self._handlers.get(kind) if kind.__class__ is str else None
+            if handler is None:
+                continue
+            try:
+                run_id, t = event["run_id"], event["t"]
+                if run_id.__class__ is not str or t.__class__ not in (float, int):
+                    raise TypeError("run_id must be a string and t a number")
+                self._last_t[run_id] = t
                 handler(event)
+            except (LookupError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+                self.malformed += 1
+                if self.malformed == 1:
+                    _log.warning(
+                        "otel-rollout: no span for a %s event with a missing or mistyped field"
+                        " (%s: %s); such events are counted, not reported one by one",
+                        kind,
+                        type(exc).__name__,
+                        exc,
+                    )
         return 0
 
     def shutdown(self) -> None:

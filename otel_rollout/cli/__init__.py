@@ -36,10 +36,20 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Our one handler: writes to whatever sys.stderr is at the time (tests swap it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
 def _setup_logging() -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("otel-rollout: %(levelname)s: %(message)s"))
     logger = logging.getLogger("otel_rollout")
+    if any(isinstance(h, _StderrHandler) for h in logger.handlers):
+        return  # a second command in one process (tests, notebooks)
+    handler = _StderrHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("otel-rollout: %(levelname)s: %(message)s"))
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     logger.propagate = False

@@ -9,10 +9,8 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
-import orjson
-
 from ..batch_age import AGE_BUCKETS, BATCH_AGE_EVENTS, StepAge, step_ages
-from ._common import check_is_trace, trace_reader
+from ._common import check_is_trace, print_json, trace_reader
 
 _log = logging.getLogger("otel_rollout")
 
@@ -108,9 +106,7 @@ def run(args: argparse.Namespace) -> int:
     rows = load_steps(args.file)
     if args.json:
         for row in rows:
-            sys.stdout.buffer.write(
-                orjson.dumps(step_record(row), option=orjson.OPT_APPEND_NEWLINE)
-            )
+            print_json(step_record(row))
     else:
         write_table(rows, sys.stdout)
     return 0

@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import orjson
 
+from ..exporters import jsonable
 from ..reader import EventReader, OnSkip
 
 
@@ -82,3 +84,13 @@ def terminal_progress(label: str) -> Callable[[int, int], None] | None:
         sys.stderr.flush()
 
     return report
+
+
+def print_json(value: Any, *, indent: bool = False) -> None:
+    """One JSON document on stdout; integers past 64 bits become strings, as in the log."""
+    option = orjson.OPT_INDENT_2 if indent else 0
+    try:
+        data = orjson.dumps(value, option=option)
+    except TypeError:
+        data = orjson.dumps(jsonable(value), option=option)
+    sys.stdout.buffer.write(data + b"\n")

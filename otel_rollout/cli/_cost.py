@@ -6,10 +6,8 @@ import argparse
 import sys
 from typing import Any, TextIO
 
-import orjson
-
 from ..cost import CostEvent, CostReport, analyze_batches
-from ._common import checked_batches, trace_reader
+from ._common import checked_batches, print_json, trace_reader
 
 
 def add_parser(commands: Any) -> None:
@@ -96,7 +94,7 @@ def write_report(report: CostReport, out: TextIO) -> None:
 def run(args: argparse.Namespace) -> int:
     report = load_report(args.file, args.window)
     if args.json:
-        sys.stdout.buffer.write(orjson.dumps(report.report(), option=orjson.OPT_INDENT_2) + b"\n")
+        print_json(report.report(), indent=True)
     else:
         write_report(report, sys.stdout)
     return 0

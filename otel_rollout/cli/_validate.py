@@ -7,10 +7,8 @@ import sys
 from collections import Counter
 from typing import Any
 
-import orjson
-
 from ..schema import problems
-from ._common import check_is_trace, trace_reader
+from ._common import check_is_trace, print_json, trace_reader
 
 _UNKNOWN = "unknown event kind"
 
@@ -56,7 +54,7 @@ class _Report:
             return
         if self.as_json:
             line = {"line": lineno, "severity": severity, "problem": message}
-            sys.stdout.buffer.write(orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE))
+            print_json(line)
         else:
             sys.stdout.write(f"{self.path}:{lineno}: {severity}: {message}\n")
 
