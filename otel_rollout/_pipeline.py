@@ -54,7 +54,7 @@ class Pipeline:
         *,
         capacity: int,
         max_batch: int,
-        retry_max_delay: float = 0.5,
+        retry_max_delay: float = 0.2,
     ) -> None:
         if not exporters:
             raise ValueError("a pipeline needs at least one exporter (the log)")

@@ -80,7 +80,7 @@ CLOSE_TIMEOUT: Setting[float] = Setting(
 
 RETRY_MAX_DELAY: Setting[float] = Setting(
     "OTEL_ROLLOUT_RETRY_MAX_DELAY",
-    0.5,
+    0.2,
     float,
     "Longest wait between attempts to write the log while a disk fault lasts (seconds).",
 )

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 BENCH = Path(__file__).parent.parent / "bench" / "run.py"
+FAULTS = BENCH.with_name("faults.py")
 
 
 class TestBenchScript:
@@ -29,3 +30,24 @@ class TestBenchScript:
         ):
             assert row in proc.stdout
         assert out.exists()
+
+
+class TestFaultsScript:
+    def test_quick_run_accounts_for_every_event(self):
+        """A smoke run of the fault table: every fault staged here balances exactly."""
+        proc = subprocess.run(
+            [sys.executable, str(FAULTS), "--quick"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr
+        rows = [
+            line for line in proc.stdout.splitlines() if line.startswith("| ") and "---" not in line
+        ]
+        faults = rows[1:]
+        assert len(faults) == 10
+        for row in faults:
+            assert "✓ exact" in row or "skipped:" in row, row
+        slow = next(row for row in faults if "slow disk" in row)
+        assert slow.split("|")[4].strip() != "0"  # the overload really dropped events

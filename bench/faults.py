@@ -1,0 +1,376 @@
+"""What each fault costs: events accepted, written and dropped, the caller's emit cost
+during the fault, and the time to recover once it clears.
+
+    python bench/faults.py            # every fault this machine can stage (about a minute)
+    python bench/faults.py --quick    # shorter phases
+
+Each scenario runs one trace with a paced emitter (``--rate`` events/s): a healthy
+phase, the fault, then the fault cleared.  "written + dropped = accepted" is checked
+twice: by the trace's own counters and by reading the file back (its ``x`` lines plus
+the ``trace.dropped`` counts it reports).  Disk faults that need root (a tmpfs, chattr)
+are skipped, with a note, where they cannot be staged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from otel_rollout import RolloutTrace
+from otel_rollout.reader import EventReader
+from otel_rollout.testing import BlackHole, OtlpReceiver
+
+logging.getLogger("otel_rollout").setLevel(logging.CRITICAL)  # faults are the point here
+logging.getLogger("opentelemetry").setLevel(logging.CRITICAL)
+
+
+@dataclass
+class Row:
+    fault: str
+    accepted: int = 0
+    written: int = 0
+    dropped: int = 0
+    file_written: int = 0
+    file_dropped: int = 0
+    p99_us: float | None = None
+    p99_healthy_us: float | None = None
+    recovery_s: float | None = None
+    backlog: int = 0
+    note: str = ""
+
+    @property
+    def exact(self) -> bool:
+        """Counters and file agree, and account for every accepted event."""
+        return (
+            self.written + self.dropped == self.accepted
+            and self.file_written == self.written
+            and self.file_written + self.file_dropped <= self.accepted
+        )
+
+
+@dataclass
+class Stage:
+    """A fault: where the trace writes, trace options, and how to start and clear it."""
+
+    target: Path
+    options: dict[str, Any] = field(default_factory=dict)
+    inject: Callable[[RolloutTrace], None] = lambda tr: None
+    clear: Callable[[], None] = lambda: None
+    cleanup: Callable[[], None] = lambda: None
+    recovers: bool = True  # the log itself faults, and comes back
+    readback: Path | None = None  # where to count what was written (default: the log)
+    vanished: int = 0  # lines written, then deleted by the fault itself
+
+
+def percentile(values: list[int], q: float) -> float | None:
+    if not values:
+        return None
+    values = sorted(values)
+    return values[min(int(q * len(values)), len(values) - 1)] / 1000
+
+
+def file_counts(path: Path) -> tuple[int, int]:
+    written = dropped = 0
+    for e in EventReader(path, on_skip=lambda *a: None):
+        if e["event"] in ("x", "run.start"):
+            written += 1
+        elif e["event"] == "trace.dropped":
+            dropped += e["count"]
+    return written, dropped
+
+
+def newest_t(path: Path) -> float:
+    """The time stamp of the last whole line of ``path`` (0 if none)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(os.fstat(f.fileno()).st_size - 4096, 0))
+            lines = f.read().split(b"\n")
+    except OSError:
+        return 0.0
+    for line in reversed(lines[:-1]):
+        at = line.find(b'"t":')
+        if at >= 0:
+            try:
+                return float(line[at + 4 : line.index(b",", at)])
+            except ValueError:
+                continue
+    return 0.0
+
+
+def watch_recovery(path: Path, cleared_at: float, result: list[float]) -> None:
+    """Poll the log until a line emitted after ``cleared_at`` is in it."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if newest_t(path) >= cleared_at:
+            result.append(time.time() - cleared_at)
+            return
+        time.sleep(0.001)
+
+
+def run_stage(name: str, stage: Stage, rate: int, phases: tuple[float, float, float]) -> Row:
+    """Emit at ``rate`` through a healthy phase, the fault, and after it clears."""
+    healthy, faulty, after = phases
+    tr = RolloutTrace(stage.target, **stage.options)
+    path = tr.path
+    assert path is not None and tr._pipeline is not None
+    queued = tr._pipeline._queue.qsize
+    clock = time.perf_counter_ns
+    costs: dict[str, list[int]] = {"healthy": [], "fault": [], "after": []}
+    per_tick = max(rate // 1000, 1)
+    started = time.monotonic()
+    i = backlog = 0
+    phase = "healthy"
+    recovered: list[float] = []
+    watcher = None
+    while True:
+        now = time.monotonic() - started
+        if phase == "healthy" and now >= healthy:
+            stage.inject(tr)
+            phase = "fault"
+        elif phase == "fault" and now >= healthy + faulty:
+            stage.clear()
+            phase = "after"
+            if stage.recovers:
+                args = (path, time.time(), recovered)
+                watcher = threading.Thread(target=watch_recovery, args=args)
+                watcher.start()
+        elif phase == "after" and now >= healthy + faulty + after:
+            break
+        bucket = costs[phase]
+        for _ in range(per_tick):
+            t0 = clock()
+            tr.emit("x", i=i, group_id="g-0f3a9c1e", prompt_id=81234, tokens=512)
+            bucket.append(clock() - t0)
+            i += 1
+        if phase == "fault":
+            backlog = max(backlog, queued())
+        time.sleep(max(0.001 - (time.monotonic() - started - now), 0))
+    if watcher is not None:
+        watcher.join()
+    tr.close()
+    row = Row(name, accepted=i + 1, written=tr.stats.written, dropped=tr.stats.dropped)
+    stage.cleanup()
+    row.file_written, row.file_dropped = file_counts(stage.readback or path)
+    row.file_written += stage.vanished
+    row.p99_us = percentile(costs["fault"], 0.99)
+    row.p99_healthy_us = percentile(costs["healthy"], 0.99)
+    row.recovery_s = recovered[0] if recovered else None
+    row.backlog = backlog
+    return row
+
+
+def mount_tmpfs(where: Path, size: str) -> bool:
+    where.mkdir(parents=True, exist_ok=True)
+    command = ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)]
+    return subprocess.run(command, capture_output=True).returncode == 0
+
+
+def disk_full(tmp: Path) -> Stage | str:
+    disk = tmp / "full"
+    if not mount_tmpfs(disk, "64m"):
+        return "needs root to mount a tmpfs"
+    filler = disk / "filler"
+
+    def inject(tr: RolloutTrace) -> None:
+        stat = os.statvfs(disk)
+        filler.write_bytes(b"\0" * (stat.f_bavail * stat.f_frsize - 4096))
+
+    kept = tmp / "full.jsonl"
+
+    def cleanup() -> None:
+        shutil.copyfile(disk / "t.jsonl", kept)
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+    return Stage(
+        disk / "t.jsonl", inject=inject, clear=filler.unlink, cleanup=cleanup, readback=kept
+    )
+
+
+def immutable(tmp: Path) -> Stage | str:
+    path = tmp / "immutable.jsonl"
+    path.touch()
+    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode:
+        return "chattr +i not supported here"
+    subprocess.run(["chattr", "-i", str(path)], check=True)
+    return Stage(
+        path,
+        inject=lambda tr: subprocess.run(["chattr", "+i", str(path)], check=True),
+        clear=lambda: subprocess.run(["chattr", "-i", str(path)], check=True),
+    )
+
+
+def deleted_dir(tmp: Path) -> Stage:
+    """The log's directory removed mid-run; what was in it is counted as it was deleted."""
+    logs = tmp / "deleted" / "run"
+    logs.mkdir(parents=True)
+    stage = Stage(logs)
+
+    def inject(tr: RolloutTrace) -> None:
+        tr.flush()
+        stage.vanished = tr.stats.written
+        shutil.rmtree(tmp / "deleted")
+
+    stage.inject = inject
+    return stage
+
+
+def slow_disk(tmp: Path) -> Stage:
+    """A named pipe drained at 256 KB/s during the fault: slower than the events come."""
+    fifo = tmp / "slow.jsonl"
+    os.mkfifo(fifo)
+    slow = threading.Event()
+    copy = tmp / "slow.copy.jsonl"
+
+    def drain() -> None:
+        with open(fifo, "rb", buffering=0) as src, open(copy, "wb") as dst:
+            while chunk := src.read(4096):
+                dst.write(chunk)
+                if slow.is_set():
+                    time.sleep(4096 / 256_000)
+
+    drainer = threading.Thread(target=drain, daemon=True)
+    drainer.start()
+    stage = Stage(fifo, options={"capacity": 5_000}, inject=lambda tr: slow.set(), clear=slow.clear)
+    stage.cleanup = lambda: drainer.join(30)
+    stage.recovers = False  # no fault on the file itself; drops show the overload
+    stage.readback = copy
+    return stage
+
+
+def otlp(kind: str) -> Callable[[Path], Stage]:
+    def make(tmp: Path) -> Stage:
+        server: Any = BlackHole() if kind == "black hole" else None
+        if kind == "refusing":
+            server = OtlpReceiver("grpc", keep=False, fail=True)
+        elif kind == "slow":
+            server = OtlpReceiver("grpc", keep=False, delay=1.0)
+        stage = Stage(tmp / f"otlp-{kind}.jsonl", options={"endpoint": server.endpoint})
+        stage.cleanup, stage.recovers = server.close, False
+        return stage
+
+    return make
+
+
+def port_taken(tmp: Path) -> Stage:
+    blocker = socket.create_server(("127.0.0.1", 0))
+    port = blocker.getsockname()[1]
+    stage = Stage(
+        tmp / "prometheus.jsonl",
+        options={"metrics": {"prometheus"}, "prometheus_port": port},
+        cleanup=blocker.close,
+    )
+    stage.recovers = False
+    return stage
+
+
+SIGTERM_CHILD = textwrap.dedent(
+    """
+    import sys, time
+    from otel_rollout import RolloutTrace
+    tr = RolloutTrace(sys.argv[1])
+    clock = time.perf_counter_ns
+    costs = []
+    for i in range(int(sys.argv[2])):
+        t0 = clock()
+        tr.emit("x", i=i, group_id="g-0f3a9c1e", prompt_id=81234, tokens=512)
+        costs.append(clock() - t0)
+    costs.sort()
+    print(costs[int(0.99 * len(costs))], flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def sigterm(tmp: Path, count: int) -> Row:
+    """A burst of ``count`` events, then SIGTERM from outside while most are queued."""
+    path = tmp / "sigterm.jsonl"
+    child = subprocess.Popen(
+        [sys.executable, "-c", SIGTERM_CHILD, str(path), str(count)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    p99_ns = int(child.stdout.readline())
+    child.send_signal(signal.SIGTERM)
+    child.wait(timeout=60)
+    row = Row("SIGTERM after a burst", accepted=count + 1)
+    row.file_written, row.file_dropped = file_counts(path)
+    row.written, row.dropped = row.file_written, row.file_dropped  # the child's counters died
+    row.p99_us = p99_ns / 1000
+    row.note = f"exit {child.returncode} (killed by SIGTERM)"
+    return row
+
+
+def table(rows: list[Row | tuple[str, str]]) -> str:
+    out = [
+        "| fault | accepted | written | dropped | written + dropped = accepted | "
+        "peak backlog | caller p99 emit during fault, µs (healthy) | time to recover |",
+        "|---|---:|---:|---:|:---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        if isinstance(row, tuple):
+            out.append(f"| {row[0]} | — | — | — | skipped: {row[1]} | — | — | — |")
+            continue
+        p99 = f"{row.p99_us:.1f}" if row.p99_us is not None else "—"
+        if row.p99_healthy_us is not None:
+            p99 += f" ({row.p99_healthy_us:.1f})"
+        recovery = f"{row.recovery_s * 1000:.0f} ms" if row.recovery_s is not None else "n/a"
+        check = "✓ exact" if row.exact else "✗"
+        if row.note:
+            check += f"; {row.note}"
+        out.append(
+            f"| {row.fault} | {row.accepted:,} | {row.written:,} | {row.dropped:,} | {check} "
+            f"| {row.backlog:,} | {p99} | {recovery} |"
+        )
+    return "\n".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="shorter phases (a smoke run)")
+    parser.add_argument("--rate", type=int, default=20_000, help="events/s (20,000)")
+    args = parser.parse_args()
+    phases = (0.3, 0.5, 0.3) if args.quick else (1.0, 2.0, 1.0)
+    scenarios: list[tuple[str, Callable[[Path], Stage | str]]] = [
+        ("none (baseline)", lambda tmp: Stage(tmp / "baseline.jsonl")),
+        ("disk full (tmpfs), then space freed", disk_full),
+        ("log made immutable (chattr +i), then writable", immutable),
+        ("log directory deleted", deleted_dir),
+        ("slow disk: a pipe drained at 256 KB/s", slow_disk),
+        ("OTLP collector black-holes (never answers)", otlp("black hole")),
+        ("OTLP collector refuses (UNAVAILABLE)", otlp("refusing")),
+        ("OTLP collector answers after 1 s", otlp("slow")),
+        ("Prometheus port already taken", port_taken),
+    ]
+    rows: list[Row | tuple[str, str]] = []
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        for name, make in scenarios:
+            print(f"{name} ...", file=sys.stderr, flush=True)
+            stage = make(tmp)
+            if isinstance(stage, str):
+                rows.append((name, stage))
+                continue
+            rows.append(run_stage(name, stage, args.rate, phases))
+        print("SIGTERM ...", file=sys.stderr, flush=True)
+        rows.append(sigterm(tmp, 20_000 if args.quick else 100_000))
+    print(f"\npaced at up to {args.rate:,} events/s; healthy/fault/after phases {phases} s\n")
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
