@@ -4,12 +4,13 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench faults fuzz clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet atheris || echo "atheris does not install here; its fuzz test is skipped"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -21,6 +22,12 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
+
+faults: $(STAMP)
+	$(BIN)/python bench/faults.py
+
+fuzz: $(STAMP)
+	$(BIN)/python tests/fuzz_reader.py -runs=1000000 -artifact_prefix=/tmp/
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info .pytest_cache .hypothesis

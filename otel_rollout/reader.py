@@ -54,6 +54,8 @@ class EventReader:
     Events are dicts, or with ``as_type`` instances of that ``msgspec.Struct``
     (which must have an ``event`` field); a line that does not fit the type
     (a required field missing, a value of the wrong type) is then skipped too.
+    A line longer than ``max_line_bytes`` (``OTEL_ROLLOUT_MAX_LINE_BYTES``) is
+    skipped without being held in memory.
     """
 
     def __init__(
