@@ -65,13 +65,13 @@ class Pipeline:
         self._capacity = capacity
         self._max_batch = max_batch
         self._retry_max_delay = retry_max_delay
-        self._give_up_at: float | None = None  # set by close: stop retrying a failing log then
         self._start()
 
     def _start(self) -> None:
         self._queue: SimpleQueue[Any] = SimpleQueue()
         self._lock = threading.Lock()
         self._unreported_drops = 0
+        self._give_up_at: float | None = None  # set by close: stop retrying a failing log then
         self._markers = 0  # flush markers and the stop sentinel queued, not yet taken
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="otel-rollout-writer", daemon=True)
@@ -169,20 +169,18 @@ class Pipeline:
             self._shut_down_exporters()
 
     def _shut_down_exporters(self) -> None:
-        """The log first (it only closes a file); the others, which may wait on a network,
-        each on a helper thread given what is left of close's time, then abandoned."""
-        for index, exporter in enumerate(self._exporters):
+        """The log first (it only closes a file); then the others, which may wait on a
+        network, each on a helper thread given what is left of close's time."""
+        _shut_down(self._exporters[0])
+        for exporter in self._exporters[1:]:
             name = type(exporter).__name__
-            done = threading.Thread(
+            helper = threading.Thread(
                 target=_shut_down, args=(exporter,), name=f"otel-rollout-{name}", daemon=True
             )
-            done.start()
+            helper.start()
             give_up_at = self._give_up_at
-            if index == 0 or give_up_at is None:
-                done.join()
-                continue
-            done.join(max(give_up_at - time.monotonic(), 0.0) + 0.05 * index)
-            if done.is_alive():
+            helper.join(None if give_up_at is None else max(give_up_at - time.monotonic(), 0.0))
+            if helper.is_alive():
                 self.stats.exporter_errors += 1
                 _log.warning("otel-rollout: %s is still shutting down; not waiting for it", name)
 
@@ -239,7 +237,7 @@ class Pipeline:
 
     def _export_to_log(self, events: list[dict[str, Any]]) -> int:
         """Write ``events`` to the log, retrying the unwritten tail while its fault may pass
-        (a full disk, a read-only remount); how many of the last events it could not take.
+        (a full disk, a file made unwritable); how many of the last events it could not take.
 
         While this waits, the caller's queue fills and ``emit`` drops and counts events:
         memory stays bounded and the controller never waits.  ``close`` ends the waiting.

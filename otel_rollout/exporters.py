@@ -174,15 +174,15 @@ class JsonlExporter:
             self.retryable = False
             return 0
         # Count the lines that reached the file whole; the rest are lost (and retried).
-        whole, end = 0, len(lead)
-        if done >= end:
-            self._cut = False
+        whole = 0
+        if done >= len(lead):  # an earlier cut line is ended
+            left = done - len(lead)
             for line in lines:
-                end += len(line)
-                if end > done:
+                if left < len(line):
                     break
+                left -= len(line)
                 whole += 1
-            self._cut = done != end - len(lines[whole]) if whole < len(lines) else False
+            self._cut = left > 0  # the start of the next line is in the file
         return self._failed(error, len(events) - whole)
 
     def _write(self, data: bytes) -> tuple[int, OSError | None]:
