@@ -34,8 +34,11 @@ from otel_rollout import RolloutTrace
 from otel_rollout.reader import EventReader
 from otel_rollout.testing import BlackHole, OtlpReceiver
 
-logging.getLogger("otel_rollout").setLevel(logging.CRITICAL)  # faults are the point here
-logging.getLogger("opentelemetry").setLevel(logging.CRITICAL)
+# Faults are the point here: keep the logs quiet, but let records be made, since
+# otel-rollout counts the SDK's queue-full drops from them.
+for _name in ("otel_rollout", "opentelemetry"):
+    logging.getLogger(_name).addHandler(logging.NullHandler())
+    logging.getLogger(_name).propagate = False
 
 
 @dataclass
@@ -50,6 +53,7 @@ class Row:
     p99_healthy_us: float | None = None
     recovery_s: float | None = None
     backlog: int = 0
+    lag_p99_ms: float | None = None
     note: str = ""
 
     @property
@@ -71,7 +75,7 @@ class Stage:
     inject: Callable[[RolloutTrace], None] = lambda tr: None
     clear: Callable[[], None] = lambda: None
     cleanup: Callable[[], None] = lambda: None
-    recovers: bool = True  # the log itself faults, and comes back
+    log_faults: bool = False  # the log itself faults (and comes back): time the recovery
     readback: Path | None = None  # where to count what was written (default: the log)
     vanished: int = 0  # lines written, then deleted by the fault itself
 
@@ -84,13 +88,28 @@ def percentile(values: list[int], q: float) -> float | None:
 
 
 def file_counts(path: Path) -> tuple[int, int]:
+    """Events in the file (run.start included), and the drops it reports."""
     written = dropped = 0
     for e in EventReader(path, on_skip=lambda *a: None):
-        if e["event"] in ("x", "run.start"):
-            written += 1
-        elif e["event"] == "trace.dropped":
+        if e["event"] == "trace.dropped":
             dropped += e["count"]
+        else:
+            written += 1
     return written, dropped
+
+
+def rollout_events(i: int) -> tuple[str, dict[str, Any]]:
+    """The i-th event of a stream of two-attempt groups: spans to build, as in a real run."""
+    group, step = divmod(i, 6)
+    ids = {"group_id": f"g{group}", "prompt_id": group}
+    if step == 0:
+        return "group.reserve", {**ids, "size": 2, "weight_version": 0}
+    if step == 5:
+        return "group.seal", {**ids, "tokens": 1024, "tokens_by_version": {"0": 1024}}
+    attempt = {**ids, "attempt_id": f"g{group}-a{step % 2}", "generation_index": step % 2}
+    if step < 3:
+        return "attempt.dispatch", {**attempt, "weight_version": 0}
+    return "attempt.seal", {**attempt, "tokens": 512}
 
 
 def newest_t(path: Path) -> float:
@@ -111,6 +130,39 @@ def newest_t(path: Path) -> float:
     return 0.0
 
 
+def watch_lag(path: Path, until: threading.Event, lags: list[float]) -> None:
+    """Every 2 ms, how old the newest line of ``path`` is: the log's lag behind ``emit``."""
+    while not until.is_set():
+        newest = newest_t(path)
+        if newest:
+            lags.append(time.time() - newest)
+        time.sleep(0.002)
+
+
+def queue_full_drops() -> int:
+    """Spans the SDK's batch queue has turned away in this process so far."""
+    from otel_rollout._providers import QUEUE_FULL_DROPS
+
+    return QUEUE_FULL_DROPS.count
+
+
+def span_note(tr: RolloutTrace, dropped_before: int) -> str:
+    """What became of the spans (for the OTLP rows), from the trace's span exporter."""
+    from otel_rollout._providers import QUEUE_FULL_DROPS
+
+    for exporter in tr._pipeline._exporters[1:]:  # type: ignore[union-attr]
+        counting = getattr(exporter, "span_exporter", None)
+        if counting is not None:
+            made = exporter.spans_started  # type: ignore[attr-defined]
+            dropped = QUEUE_FULL_DROPS.count - dropped_before
+            left = made - counting.exported - counting.failed - dropped
+            return (
+                f"spans: {made:,} made, {counting.exported:,} sent, {counting.failed:,} refused"
+                f" or timed out, {dropped:,} dropped (queue full), {left:,} queued at close"
+            )
+    return ""
+
+
 def watch_recovery(path: Path, cleared_at: float, result: list[float]) -> None:
     """Poll the log until a line emitted after ``cleared_at`` is in it."""
     deadline = time.monotonic() + 10
@@ -124,6 +176,7 @@ def watch_recovery(path: Path, cleared_at: float, result: list[float]) -> None:
 def run_stage(name: str, stage: Stage, rate: int, phases: tuple[float, float, float]) -> Row:
     """Emit at ``rate`` through a healthy phase, the fault, and after it clears."""
     healthy, faulty, after = phases
+    drops_before = queue_full_drops()
     tr = RolloutTrace(stage.target, **stage.options)
     path = tr.path
     assert path is not None and tr._pipeline is not None
@@ -136,15 +189,21 @@ def run_stage(name: str, stage: Stage, rate: int, phases: tuple[float, float, fl
     phase = "healthy"
     recovered: list[float] = []
     watcher = None
+    lags: list[float] = []
+    fault_over = threading.Event()
+    lag_watcher = threading.Thread(target=watch_lag, args=(path, fault_over, lags))
     while True:
         now = time.monotonic() - started
         if phase == "healthy" and now >= healthy:
             stage.inject(tr)
             phase = "fault"
+            if not stage.log_faults and path.is_file():
+                lag_watcher.start()  # the log itself is healthy: how far behind is it?
         elif phase == "fault" and now >= healthy + faulty:
             stage.clear()
+            fault_over.set()
             phase = "after"
-            if stage.recovers:
+            if stage.log_faults:
                 args = (path, time.time(), recovered)
                 watcher = threading.Thread(target=watch_recovery, args=args)
                 watcher.start()
@@ -152,8 +211,9 @@ def run_stage(name: str, stage: Stage, rate: int, phases: tuple[float, float, fl
             break
         bucket = costs[phase]
         for _ in range(per_tick):
+            kind, fields = rollout_events(i)
             t0 = clock()
-            tr.emit("x", i=i, group_id="g-0f3a9c1e", prompt_id=81234, tokens=512)
+            tr.emit(kind, **fields)
             bucket.append(clock() - t0)
             i += 1
         if phase == "fault":
@@ -161,8 +221,13 @@ def run_stage(name: str, stage: Stage, rate: int, phases: tuple[float, float, fl
         time.sleep(max(0.001 - (time.monotonic() - started - now), 0))
     if watcher is not None:
         watcher.join()
+    if lag_watcher.is_alive():
+        lag_watcher.join()
     tr.close()
     row = Row(name, accepted=i + 1, written=tr.stats.written, dropped=tr.stats.dropped)
+    row.note = span_note(tr, drops_before)
+    if lags:
+        row.lag_p99_ms = sorted(lags)[int(0.99 * (len(lags) - 1))] * 1000
     stage.cleanup()
     row.file_written, row.file_dropped = file_counts(stage.readback or path)
     row.file_written += stage.vanished
@@ -196,7 +261,12 @@ def disk_full(tmp: Path) -> Stage | str:
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
     return Stage(
-        disk / "t.jsonl", inject=inject, clear=filler.unlink, cleanup=cleanup, readback=kept
+        disk / "t.jsonl",
+        inject=inject,
+        clear=filler.unlink,
+        cleanup=cleanup,
+        readback=kept,
+        log_faults=True,
     )
 
 
@@ -210,6 +280,7 @@ def immutable(tmp: Path) -> Stage | str:
         path,
         inject=lambda tr: subprocess.run(["chattr", "+i", str(path)], check=True),
         clear=lambda: subprocess.run(["chattr", "-i", str(path)], check=True),
+        log_faults=True,
     )
 
 
@@ -217,7 +288,7 @@ def deleted_dir(tmp: Path) -> Stage:
     """The log's directory removed mid-run; what was in it is counted as it was deleted."""
     logs = tmp / "deleted" / "run"
     logs.mkdir(parents=True)
-    stage = Stage(logs)
+    stage = Stage(logs, log_faults=True)
 
     def inject(tr: RolloutTrace) -> None:
         tr.flush()
@@ -246,7 +317,6 @@ def slow_disk(tmp: Path) -> Stage:
     drainer.start()
     stage = Stage(fifo, options={"capacity": 5_000}, inject=lambda tr: slow.set(), clear=slow.clear)
     stage.cleanup = lambda: drainer.join(30)
-    stage.recovers = False  # no fault on the file itself; drops show the overload
     stage.readback = copy
     return stage
 
@@ -259,7 +329,7 @@ def otlp(kind: str) -> Callable[[Path], Stage]:
         elif kind == "slow":
             server = OtlpReceiver("grpc", keep=False, delay=1.0)
         stage = Stage(tmp / f"otlp-{kind}.jsonl", options={"endpoint": server.endpoint})
-        stage.cleanup, stage.recovers = server.close, False
+        stage.cleanup = server.close
         return stage
 
     return make
@@ -273,7 +343,6 @@ def port_taken(tmp: Path) -> Stage:
         options={"metrics": {"prometheus"}, "prometheus_port": port},
         cleanup=blocker.close,
     )
-    stage.recovers = False
     return stage
 
 
@@ -318,23 +387,25 @@ def sigterm(tmp: Path, count: int) -> Row:
 def table(rows: list[Row | tuple[str, str]]) -> str:
     out = [
         "| fault | accepted | written | dropped | written + dropped = accepted | "
-        "peak backlog | caller p99 emit during fault, µs (healthy) | time to recover |",
-        "|---|---:|---:|---:|:---:|---:|---:|---:|",
+        "peak backlog | caller p99 emit during fault, µs (healthy) | log lag p99 during fault "
+        "| time to recover |",
+        "|---|---:|---:|---:|:---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         if isinstance(row, tuple):
-            out.append(f"| {row[0]} | — | — | — | skipped: {row[1]} | — | — | — |")
+            out.append(f"| {row[0]} | — | — | — | skipped: {row[1]} | — | — | — | — |")
             continue
         p99 = f"{row.p99_us:.1f}" if row.p99_us is not None else "—"
         if row.p99_healthy_us is not None:
             p99 += f" ({row.p99_healthy_us:.1f})"
         recovery = f"{row.recovery_s * 1000:.0f} ms" if row.recovery_s is not None else "n/a"
+        lag = f"{row.lag_p99_ms:.1f} ms" if row.lag_p99_ms is not None else "n/a"
         check = "✓ exact" if row.exact else "✗"
         if row.note:
             check += f"; {row.note}"
         out.append(
             f"| {row.fault} | {row.accepted:,} | {row.written:,} | {row.dropped:,} | {check} "
-            f"| {row.backlog:,} | {p99} | {recovery} |"
+            f"| {row.backlog:,} | {p99} | {lag} | {recovery} |"
         )
     return "\n".join(out)
 
