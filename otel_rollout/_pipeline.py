@@ -67,14 +67,16 @@ class Pipeline:
         self._retry_max_delay = retry_max_delay
         self._start()
 
-    def _start(self) -> None:
+    def _start(self, exporters: Callable[[], Sequence[EventExporter]] | None = None) -> None:
         self._queue: SimpleQueue[Any] = SimpleQueue()
         self._lock = threading.Lock()
         self._unreported_drops = 0
         self._give_up_at: float | None = None  # set by close: stop retrying a failing log then
         self._markers = 0  # flush markers and the stop sentinel queued, not yet taken
         self._closed = False
-        self._thread = threading.Thread(target=self._run, name="otel-rollout-writer", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(exporters,), name="otel-rollout-writer", daemon=True
+        )
         self._thread.start()
 
     def make_emit(self) -> Emit:
@@ -144,13 +146,24 @@ class Pipeline:
             return False
         return True
 
-    def restart_in_child(self, run_id: str) -> None:
-        """After ``fork``: a fresh queue and thread; the parent's queued events stay its own."""
+    def restart_in_child(
+        self, run_id: str, exporters: Callable[[], Sequence[EventExporter]]
+    ) -> None:
+        """After ``fork``: a fresh queue and thread, the same log, and after it the exporters
+        ``exporters()`` makes; the parent's queued events stay its own.  The new thread makes
+        them, not the fork hook: gRPC cannot open a channel while the fork is being handled."""
         self.run_id = run_id
         self.stats = PipelineStats()
-        self._start()
+        self._exporters = self._exporters[:1]
+        self._failed_exporters = set()
+        self._start(exporters)
 
-    def _run(self) -> None:
+    def _run(self, exporters: Callable[[], Sequence[EventExporter]] | None = None) -> None:
+        if exporters is not None:
+            try:
+                self._exporters += exporters()
+            except Exception:
+                _log.exception("otel-rollout: exporters after fork failed; writing the log only")
         get = self._queue.get
         qsize = self._queue.qsize
         stopping = False

@@ -32,15 +32,25 @@ _log = logging.getLogger("otel_rollout")
 SCOPE = "otel_rollout"
 
 
+#: Detected resources by settings: detection runs once per process (and not again in a
+#: forked child, where the SDK's detector thread pool can deadlock).
+_detected: dict[str, Resource] = {}
+
+
 def resource(run_id: str, chosen: OtelSettings) -> Resource:
     """``service.instance.id`` = the run; ``service.name`` and OTEL_RESOURCE_ATTRIBUTES as set."""
-    attrs: dict[str, Any] = {**chosen.resource_attributes, "service.instance.id": run_id}
+    attrs: dict[str, Any] = dict(chosen.resource_attributes)
     if chosen.service_name:
         attrs["service.name"] = chosen.service_name
-    made = Resource.create(attrs)
-    if made.attributes.get("service.name", "").startswith("unknown_service"):
-        made = made.merge(Resource({"service.name": DEFAULT_SERVICE_NAME}))
-    return made
+    environment = [os.environ.get(v) for v in ("OTEL_RESOURCE_ATTRIBUTES", "OTEL_SERVICE_NAME")]
+    key = repr((sorted(attrs.items(), key=lambda kv: kv[0]), environment))
+    detected = _detected.get(key)
+    if detected is None:
+        detected = Resource.create(attrs)
+        if detected.attributes.get("service.name", "").startswith("unknown_service"):
+            detected = detected.merge(Resource({"service.name": DEFAULT_SERVICE_NAME}))
+        _detected[key] = detected
+    return detected.merge(Resource({"service.instance.id": run_id}))
 
 
 class _QueueFullDrops(logging.Filter):

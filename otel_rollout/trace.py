@@ -94,6 +94,7 @@ class RolloutTrace:
     ) -> None:
         self.path: Path | None = None
         self.run_id: str | None = None
+        self._exporters: list[EventExporter] = []
         self._pipeline: Pipeline | None = None
         self._closed = False
         self.otel = otel.settings(**otel_options)  # misspelt options fail before any I/O
@@ -106,6 +107,7 @@ class RolloutTrace:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.run_id = new_run_id()
+        self._exporters = list(exporters)
         self._pipeline = Pipeline(
             self.run_id,
             [JsonlExporter(path), *exporters, *_otel_exporters(self.run_id, self.otel)],
@@ -194,7 +196,10 @@ class RolloutTrace:
             return
         parent = self.run_id
         self.run_id = new_run_id()
-        self._pipeline.restart_in_child(self.run_id)
+        # Spans and metrics are rebuilt: their resource names the run, and the SDK's threads
+        # did not survive the fork.
+        run_id, chosen, mine = self.run_id, self.otel, self._exporters
+        self._pipeline.restart_in_child(run_id, lambda: [*mine, *_otel_exporters(run_id, chosen)])
         self.emit = self._pipeline.make_emit()  # type: ignore[method-assign]
         self._submit_run_start(parent_run_id=parent)
 

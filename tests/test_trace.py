@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from otel_rollout import trace as trace_module
-from otel_rollout.testing import InMemoryExporter
+from otel_rollout.testing import InMemoryExporter, OtlpReceiver
 from otel_rollout.trace import ROLLOUT_TRACE_FILENAME, RolloutTrace, read_events
 
 
@@ -281,6 +281,34 @@ class TestProcessLifetime:
         assert child["run_id"] == child_start["run_id"] != tr.run_id
         parent = [e["event"] for e in events if e["run_id"] == tr.run_id]
         assert parent == ["run.start", "parent.before", "parent.after"]
+
+    def test_fork_child_sends_spans_as_its_own_run(self, tmp_path):
+        """With OTLP on, a forked child's spans carry its own run_id as the service instance,
+        and the parent's keep the parent's."""
+        with OtlpReceiver() as receiver:
+            tr = RolloutTrace(tmp_path, endpoint=receiver.endpoint)
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - runs in the child
+                code = 1
+                try:
+                    tr.emit("checkpoint.publish", step=1, weight_version=1)
+                    tr.close()
+                    code = 0
+                finally:
+                    os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0
+            tr.emit("checkpoint.publish", step=0, weight_version=0)
+            tr.close()
+            spans = receiver.spans()
+        owners = {
+            OtlpReceiver.attributes(span)["rollout.step"]: resource["service.instance.id"]
+            for resource, span in spans
+        }
+        child_run = next(
+            e["run_id"] for e in lines(tmp_path / "rollout_trace.jsonl") if "parent_run_id" in e
+        )
+        assert owners == {0: tr.run_id, 1: child_run}
 
     def test_interpreter_exit_writes_what_was_queued(self, tmp_path):
         """A program that never closes its trace still gets every event written at exit."""
