@@ -16,9 +16,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,13 +24,25 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from otel_rollout import RolloutTrace
-from otel_rollout.reader import EventReader
-from otel_rollout.testing import BlackHole, OtlpReceiver
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _stages import (  # noqa: E402
+    Stage,
+    deleted_dir,
+    disk_full,
+    immutable,
+    otlp,
+    port_taken,
+    slow_disk,
+)
+
+from otel_rollout import RolloutTrace  # noqa: E402
+from otel_rollout.reader import EventReader  # noqa: E402
 
 # Faults are the point here: keep the logs quiet, but let records be made, since
 # otel-rollout counts the SDK's queue-full drops from them.
@@ -64,20 +74,6 @@ class Row:
             and self.file_written == self.written
             and self.file_written + self.file_dropped <= self.accepted
         )
-
-
-@dataclass
-class Stage:
-    """A fault: where the trace writes, trace options, and how to start and clear it."""
-
-    target: Path
-    options: dict[str, Any] = field(default_factory=dict)
-    inject: Callable[[RolloutTrace], None] = lambda tr: None
-    clear: Callable[[], None] = lambda: None
-    cleanup: Callable[[], None] = lambda: None
-    log_faults: bool = False  # the log itself faults (and comes back): time the recovery
-    readback: Path | None = None  # where to count what was written (default: the log)
-    vanished: int = 0  # lines written, then deleted by the fault itself
 
 
 def percentile(values: list[int], q: float) -> float | None:
@@ -236,114 +232,6 @@ def run_stage(name: str, stage: Stage, rate: int, phases: tuple[float, float, fl
     row.recovery_s = recovered[0] if recovered else None
     row.backlog = backlog
     return row
-
-
-def mount_tmpfs(where: Path, size: str) -> bool:
-    where.mkdir(parents=True, exist_ok=True)
-    command = ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)]
-    return subprocess.run(command, capture_output=True).returncode == 0
-
-
-def disk_full(tmp: Path) -> Stage | str:
-    disk = tmp / "full"
-    if not mount_tmpfs(disk, "64m"):
-        return "needs root to mount a tmpfs"
-    filler = disk / "filler"
-
-    def inject(tr: RolloutTrace) -> None:
-        stat = os.statvfs(disk)
-        filler.write_bytes(b"\0" * (stat.f_bavail * stat.f_frsize - 4096))
-
-    kept = tmp / "full.jsonl"
-
-    def cleanup() -> None:
-        shutil.copyfile(disk / "t.jsonl", kept)
-        subprocess.run(["umount", "-l", str(disk)], check=False)
-
-    return Stage(
-        disk / "t.jsonl",
-        inject=inject,
-        clear=filler.unlink,
-        cleanup=cleanup,
-        readback=kept,
-        log_faults=True,
-    )
-
-
-def immutable(tmp: Path) -> Stage | str:
-    path = tmp / "immutable.jsonl"
-    path.touch()
-    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode:
-        return "chattr +i not supported here"
-    subprocess.run(["chattr", "-i", str(path)], check=True)
-    return Stage(
-        path,
-        inject=lambda tr: subprocess.run(["chattr", "+i", str(path)], check=True),
-        clear=lambda: subprocess.run(["chattr", "-i", str(path)], check=True),
-        log_faults=True,
-    )
-
-
-def deleted_dir(tmp: Path) -> Stage:
-    """The log's directory removed mid-run; what was in it is counted as it was deleted."""
-    logs = tmp / "deleted" / "run"
-    logs.mkdir(parents=True)
-    stage = Stage(logs, log_faults=True)
-
-    def inject(tr: RolloutTrace) -> None:
-        tr.flush()
-        stage.vanished = tr.stats.written
-        shutil.rmtree(tmp / "deleted")
-
-    stage.inject = inject
-    return stage
-
-
-def slow_disk(tmp: Path) -> Stage:
-    """A named pipe drained at 256 KB/s during the fault: slower than the events come."""
-    fifo = tmp / "slow.jsonl"
-    os.mkfifo(fifo)
-    slow = threading.Event()
-    copy = tmp / "slow.copy.jsonl"
-
-    def drain() -> None:
-        with open(fifo, "rb", buffering=0) as src, open(copy, "wb") as dst:
-            while chunk := src.read(4096):
-                dst.write(chunk)
-                if slow.is_set():
-                    time.sleep(4096 / 256_000)
-
-    drainer = threading.Thread(target=drain, daemon=True)
-    drainer.start()
-    stage = Stage(fifo, options={"capacity": 5_000}, inject=lambda tr: slow.set(), clear=slow.clear)
-    stage.cleanup = lambda: drainer.join(30)
-    stage.readback = copy
-    return stage
-
-
-def otlp(kind: str) -> Callable[[Path], Stage]:
-    def make(tmp: Path) -> Stage:
-        server: Any = BlackHole() if kind == "black hole" else None
-        if kind == "refusing":
-            server = OtlpReceiver("grpc", keep=False, fail=True)
-        elif kind == "slow":
-            server = OtlpReceiver("grpc", keep=False, delay=1.0)
-        stage = Stage(tmp / f"otlp-{kind}.jsonl", options={"endpoint": server.endpoint})
-        stage.cleanup = server.close
-        return stage
-
-    return make
-
-
-def port_taken(tmp: Path) -> Stage:
-    blocker = socket.create_server(("127.0.0.1", 0))
-    port = blocker.getsockname()[1]
-    stage = Stage(
-        tmp / "prometheus.jsonl",
-        options={"metrics": {"prometheus"}, "prometheus_port": port},
-        cleanup=blocker.close,
-    )
-    return stage
 
 
 SIGTERM_CHILD = textwrap.dedent(
