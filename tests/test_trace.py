@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -256,23 +257,32 @@ class TestExporters:
         assert sum("Broken failed" in r.getMessage() for r in caplog.records) == 1
 
 
+def in_forked_child(work: Callable[[], None]) -> int:
+    """Run ``work`` in a forked child that then leaves with os._exit; its exit code."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        code = 1
+        try:
+            work()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
 class TestProcessLifetime:
     def test_fork_child_is_a_new_run_with_its_own_writer(self, tmp_path):
         """A forked child gets a new run_id and writer; the parent goes on unaffected."""
         path = tmp_path / "t.jsonl"
         tr = RolloutTrace(path)
         tr.emit("parent.before")
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - runs in the child
-            code = 1
-            try:
-                tr.emit("child.event")
-                tr.close()
-                code = 0
-            finally:
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
+
+        def child() -> None:
+            tr.emit("child.event")
+            tr.close()
+
+        assert in_forked_child(child) == 0
         tr.emit("parent.after")
         tr.close()
         events = lines(path)
@@ -287,17 +297,12 @@ class TestProcessLifetime:
         and the parent's keep the parent's."""
         with OtlpReceiver() as receiver:
             tr = RolloutTrace(tmp_path, endpoint=receiver.endpoint)
-            pid = os.fork()
-            if pid == 0:  # pragma: no cover - runs in the child
-                code = 1
-                try:
-                    tr.emit("checkpoint.publish", step=1, weight_version=1)
-                    tr.close()
-                    code = 0
-                finally:
-                    os._exit(code)
-            _, status = os.waitpid(pid, 0)
-            assert os.waitstatus_to_exitcode(status) == 0
+
+            def child() -> None:
+                tr.emit("checkpoint.publish", step=1, weight_version=1)
+                tr.close()
+
+            assert in_forked_child(child) == 0
             tr.emit("checkpoint.publish", step=0, weight_version=0)
             tr.close()
             spans = receiver.spans()
