@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from otel_rollout import config
@@ -35,3 +37,21 @@ class TestSetting:
         """All knobs live under the OTEL_ROLLOUT_ prefix and are listed in SETTINGS."""
         assert all(s.env.startswith("OTEL_ROLLOUT_") for s in config.SETTINGS)
         assert len({s.env for s in config.SETTINGS}) == len(config.SETTINGS)
+
+    @pytest.mark.parametrize(("raw", "value"), [("false", False), ("0", False), ("Yes", True)])
+    def test_flags_read_the_usual_spellings(self, monkeypatch, raw, value):
+        """A true/false knob takes true/false, 1/0, yes/no, on/off, in any case."""
+        monkeypatch.setenv("OTEL_ROLLOUT_HANDLE_SIGTERM", raw)
+        assert config.HANDLE_SIGTERM.resolve() is value
+
+    def test_a_misspelt_flag_keeps_the_default(self, monkeypatch, caplog):
+        """A flag that is neither true nor false warns and keeps the default (on)."""
+        monkeypatch.setenv("OTEL_ROLLOUT_HANDLE_SIGTERM", "maybe")
+        assert config.HANDLE_SIGTERM.resolve() is True
+        assert "OTEL_ROLLOUT_HANDLE_SIGTERM" in caplog.text
+
+    def test_every_setting_is_in_the_readme(self):
+        """The README's configuration table lists every knob with its default."""
+        readme = (Path(__file__).parent.parent / "README.md").read_text()
+        for setting in config.SETTINGS:
+            assert f"| `{setting.env}` |" in readme, setting.env
