@@ -69,10 +69,15 @@ class Pipeline:
 
     def _start(self, exporters: Callable[[], Sequence[EventExporter]] | None = None) -> None:
         self._queue: SimpleQueue[Any] = SimpleQueue()
-        self._lock = threading.Lock()
-        self._unreported_drops = 0
+        # Callers' side only (emit counting a drop or a rename, flush, close): the writer
+        # thread never takes it, so a SIGTERM handler that closes the trace on a thread
+        # interrupted inside it cannot wait on the writer (re-entrant, for that thread).
+        self._lock = threading.RLock()
+        self._markers_put = 0  # flush markers and the stop sentinel queued (callers' side)
+        self._markers_taken = 0  # ...and taken (writer's side)
+        self._drops_reported = 0  # queue-full drops already handed to a trace.dropped line
+        self._drops_carried = 0  # drops whose report was lost in a failed write
         self._give_up_at: float | None = None  # set by close: stop retrying a failing log then
-        self._markers = 0  # flush markers and the stop sentinel queued, not yet taken
         self._closed = False
         self._thread = threading.Thread(
             target=self._run, args=(exporters,), name="otel-rollout-writer", daemon=True
@@ -107,7 +112,6 @@ class Pipeline:
 
     def _count_queue_full(self) -> None:
         with self._lock:
-            self._unreported_drops += 1
             self.stats.dropped_queue_full += 1
 
     def flush(self, timeout: float | None = None) -> bool:
@@ -116,7 +120,7 @@ class Pipeline:
             return not self._thread.is_alive()
         done = threading.Event()
         with self._lock:
-            self._markers += 1
+            self._markers_put += 1
         self._queue.put(done)
         deadline = None if timeout is None else time.monotonic() + timeout
         while not done.wait(0.05):
@@ -132,7 +136,7 @@ class Pipeline:
             if self._closed:
                 return True
             self._closed = True
-            self._markers += 1
+            self._markers_put += 1
         # Leave the writer a tenth of the time to count what a failing log could not take.
         self._give_up_at = time.monotonic() + 0.9 * timeout
         self._queue.put(_STOP)
@@ -199,7 +203,7 @@ class Pipeline:
 
     def _process(self, items: list[Any]) -> bool:
         """Export the events among ``items``, then release flush waiters; True on stop."""
-        if not self._markers:
+        if self._markers_put == self._markers_taken:  # none queued: items are all events
             if items:
                 self._export(items)
             return False
@@ -211,8 +215,7 @@ class Pipeline:
                 stopping = True
             else:
                 waiters.append(item)
-        with self._lock:
-            self._markers -= len(waiters) + stopping
+        self._markers_taken += len(waiters) + stopping
         if events:
             self._export(events)
         for waiter in waiters:
@@ -229,8 +232,9 @@ class Pipeline:
         return event
 
     def _export(self, events: list[dict[str, Any]]) -> None:
-        with self._lock:
-            drops, self._unreported_drops = self._unreported_drops, 0
+        dropped = self.stats.dropped_queue_full  # one read of an int: no lock needed
+        drops = dropped - self._drops_reported + self._drops_carried
+        self._drops_reported, self._drops_carried = dropped, 0
         ours = len(events)
         if drops:
             events.append(
@@ -240,9 +244,8 @@ class Pipeline:
         if lost:
             # The drop report is the batch's last line, so it is the first one lost.
             lost_ours = max(lost - 1, 0) if drops else lost
-            with self._lock:
-                self._unreported_drops += lost_ours + drops
-                self.stats.dropped_write_error += lost_ours
+            self._drops_carried += lost_ours + drops
+            self.stats.dropped_write_error += lost_ours
             ours -= lost_ours
         self.stats.written += ours
         for index in range(1, len(self._exporters)):

@@ -337,6 +337,23 @@ class TestProcessFaults:
         )
         assert proc.stdout.strip() == "True", proc.stderr
 
+    def test_close_from_a_signal_handler_inside_emit_does_not_deadlock(self, tmp_path):
+        """SIGTERM can interrupt emit while it holds the pipeline's lock (counting a drop);
+        the handler's close on the same thread must still finish."""
+        tr = RolloutTrace(tmp_path)
+        tr.emit("x", i=0)
+
+        def interrupted_emit() -> None:
+            with tr._pipeline._lock:  # type: ignore[union-attr]  # where emit was
+                tr.close()  # what the SIGTERM handler does
+
+        worker = threading.Thread(target=interrupted_emit)
+        worker.start()
+        worker.join(5)
+        assert not worker.is_alive()
+        xs, _, _ = tally(tmp_path / "rollout_trace.jsonl")
+        assert len(xs) == 1
+
     def test_os_exit_loses_only_an_unwritten_tail(self, tmp_path):
         """os._exit skips every cleanup: what reached the file is a gap-free prefix of what
         was emitted, and the file reads cleanly."""
