@@ -131,15 +131,18 @@ class Pipeline:
         return True
 
     def close(self, timeout: float) -> bool:
-        """Export everything queued, shut the exporters down and stop the thread."""
+        """Export everything queued, shut the exporters down and stop the thread.
+
+        A second call (from a signal handler, say) waits for the first one's work."""
         with self._lock:
-            if self._closed:
-                return True
-            self._closed = True
-            self._markers_put += 1
-        # Leave the writer a tenth of the time to count what a failing log could not take.
-        self._give_up_at = time.monotonic() + 0.9 * timeout
-        self._queue.put(_STOP)
+            first = not self._closed
+            if first:
+                self._closed = True
+                self._markers_put += 1
+        if first:
+            # Leave the writer a tenth of the time to count what a failing log could not take.
+            self._give_up_at = time.monotonic() + 0.9 * timeout
+            self._queue.put(_STOP)
         self._thread.join(timeout)
         if self._thread.is_alive():
             _log.warning(

@@ -171,14 +171,15 @@ class RolloutTrace:
     def close(self) -> None:
         """Write every queued event, then stop the writer and close the file.
 
-        Idempotent; also called at interpreter exit for traces left open.
+        Idempotent; also called at interpreter exit for traces left open.  A second call
+        while the first is still writing (a SIGTERM handler's) waits for it too.
         """
-        if self._pipeline is None or self._closed:
+        if self._pipeline is None:
             return
         self._closed = True
         self.emit = _noop  # type: ignore[method-assign]
-        _live.discard(self)
         self._pipeline.close(config.CLOSE_TIMEOUT.resolve())
+        _live.discard(self)
 
     def __enter__(self) -> RolloutTrace:
         return self

@@ -24,7 +24,7 @@ import pytest
 from otel_rollout import RolloutTrace
 from otel_rollout.exporters import JsonlExporter
 from otel_rollout.reader import EventReader
-from otel_rollout.testing import BlackHole, OtlpReceiver
+from otel_rollout.testing import BlackHole, InMemoryExporter, OtlpReceiver
 
 
 def tally(path: Path) -> tuple[list[dict], int, int]:
@@ -353,6 +353,25 @@ class TestProcessFaults:
         assert not worker.is_alive()
         xs, _, _ = tally(tmp_path / "rollout_trace.jsonl")
         assert len(xs) == 1
+
+    def test_a_second_close_waits_for_the_first(self, tmp_path):
+        """close from a SIGTERM handler, while the main thread is already closing, returns
+        only when the first close's work is done (so the process cannot die half-way)."""
+
+        class SlowToShutDown(InMemoryExporter):
+            def shutdown(self) -> None:
+                time.sleep(0.5)
+                super().shutdown()
+
+        slow = SlowToShutDown()
+        tr = RolloutTrace(tmp_path, exporters=[slow])
+        tr.emit("x", i=0)
+        first = threading.Thread(target=tr.close)
+        first.start()
+        time.sleep(0.1)
+        tr.close()
+        assert slow.shut_down
+        first.join()
 
     def test_os_exit_loses_only_an_unwritten_tail(self, tmp_path):
         """os._exit skips every cleanup: what reached the file is a gap-free prefix of what
