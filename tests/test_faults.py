@@ -170,7 +170,7 @@ class TestOverload:
                 while chunk := f.read(4096):
                     received.extend(chunk)
                     if slow.is_set():
-                        time.sleep(0.001)
+                        time.sleep(0.002)  # ~2 MB/s: slower than the producers
 
         reader = threading.Thread(target=drain)
         reader.start()
