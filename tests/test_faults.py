@@ -20,6 +20,8 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from otel_rollout import RolloutTrace
 from otel_rollout.exporters import JsonlExporter
@@ -34,6 +36,19 @@ def tally(path: Path) -> tuple[list[dict], int, int]:
     xs = [e for e in events if e["event"] == "x"]
     dropped = sum(e["count"] for e in events if e["event"] == "trace.dropped")
     return xs, dropped, reader.skipped
+
+
+@pytest.fixture(scope="class")
+def tmpfs_once(tmp_path_factory):
+    """One small tmpfs for a whole class of examples (needs root)."""
+    where = tmp_path_factory.mktemp("disk")
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(where)], capture_output=True
+    )
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.decode().strip()}")
+    yield where
+    subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 @pytest.fixture
@@ -152,6 +167,35 @@ class TestDiskFaults:
         log.shutdown()
         xs, _, skipped = tally(disk / "t.jsonl")
         assert [e["i"] for e in xs] == list(range(200)) and skipped <= 1
+
+
+class TestPartialWrites:
+    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(sizes=st.lists(st.integers(0, 3000), min_size=1, max_size=40), room=st.integers(0, 3))
+    def test_what_a_full_disk_took_is_counted_exactly(self, tmpfs_once, sizes, room):
+        """Whatever room the disk has, export reports as written exactly the lines that
+        reached the file whole; the rest of the file is at most the start of the next line,
+        which the next export ends, so every event reads back once, in order."""
+        path = tmpfs_once / "t.jsonl"
+        path.unlink(missing_ok=True)
+        filler = fill(tmpfs_once, leave=room * 4096)
+        log = JsonlExporter(path)
+        batch = [
+            {"t": 1.0, "run_id": "r", "event": "x", "i": i, "pad": "p" * n}
+            for i, n in enumerate(sizes)
+        ]
+        lines = [orjson.dumps(e) + b"\n" for e in batch]
+        whole = len(batch) - log.export(batch)
+        content = path.read_bytes()
+        done = b"".join(lines[:whole])
+        cut = content[len(done) :]
+        assert content.startswith(done)
+        assert cut == b"" or (lines[whole].startswith(cut) and cut != lines[whole])
+        filler.unlink()
+        assert log.export(batch[whole:]) == 0
+        log.shutdown()
+        xs, _, skipped = tally(path)
+        assert [e["i"] for e in xs] == list(range(len(batch))) and skipped == (1 if cut else 0)
 
 
 class TestOverload:
