@@ -49,6 +49,10 @@ class Boundary:
     resumed: int = 0
     redispatched: int = 0
     never_ran_again: int = 0
+    rollouts_at_risk: int = 0
+    at_risk_resumed: int = 0
+    at_risk_redispatched: int = 0
+    at_risk_never_ran_again: int = 0
     tokens_recovered: int = 0
     tokens_regenerated: int = 0
     steps_retrained: int = 0
@@ -307,6 +311,11 @@ class _Analysis:
             b.resumed = fates.count("resumed")
             b.redispatched = fates.count("redispatched")
             b.never_ran_again = fates.count(None)
+            fates = [b._fate.get(k) for k in b._at_risk]
+            b.rollouts_at_risk = len(fates)
+            b.at_risk_resumed = fates.count("resumed")
+            b.at_risk_redispatched = fates.count("redispatched")
+            b.at_risk_never_ran_again = fates.count(None)
             self._waste("lost at stops (generated again)", b.tokens_regenerated)
         for group in self.groups.values():  # sealed or in flight when the file ends
             self._waste("never trained", sum(group.attempts.values()))

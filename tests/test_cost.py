@@ -55,6 +55,8 @@ class TestBoundary:
         assert (b.attempts_in_flight, b.groups_in_flight, b.sealed_groups_untrained) == (1, 1, 0)
         assert b.tokens_at_risk == 100
         assert (b.resumed, b.redispatched, b.never_ran_again) == (1, 0, 0)
+        assert b.rollouts_at_risk == 1  # a10, sealed in the group the stop left untrained
+        assert (b.at_risk_resumed, b.at_risk_redispatched, b.at_risk_never_ran_again) == (0, 0, 1)
         assert (b.tokens_recovered, b.tokens_regenerated, b.steps_retrained) == (30, 0, 0)
         assert b.catch_up_s == pytest.approx(restore_t - resumed_at)
         assert b.batch_age_before == b.batch_age_after == 1.0
