@@ -281,6 +281,7 @@ class TestExporterFaults:
         """A collector that accepts and never answers: the file gets every event, and
         close returns within OTEL_ROLLOUT_CLOSE_TIMEOUT."""
         monkeypatch.setenv("OTEL_ROLLOUT_CLOSE_TIMEOUT", "2")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")  # abandoned exporters end soon
         with BlackHole() as hole:
             tr = RolloutTrace(tmp_path, endpoint=hole.endpoint, protocol=protocol, metrics={"otlp"})
             for i in range(2000):
@@ -292,9 +293,10 @@ class TestExporterFaults:
         xs, _, _ = tally(tmp_path / "rollout_trace.jsonl")
         assert len(xs) == 2000 and tr.stats.dropped == 0
 
-    def test_a_refusing_collector_costs_only_spans(self, tmp_path, caplog, protocol):
+    def test_a_refusing_collector_costs_only_spans(self, tmp_path, caplog, monkeypatch, protocol):
         """Every export answered with an error: spans are dropped and counted, the file
         is complete."""
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")  # the SDK retries until then
         with OtlpReceiver(protocol, fail=True) as receiver:
             tr = RolloutTrace(tmp_path, endpoint=receiver.endpoint, protocol=protocol)
             for i in range(300):
