@@ -50,6 +50,7 @@ class Boundary:
     redispatched: int = 0
     never_ran_again: int = 0
     rollouts_at_risk: int = 0
+    at_risk_kept: int = 0
     at_risk_resumed: int = 0
     at_risk_redispatched: int = 0
     at_risk_never_ran_again: int = 0
@@ -63,6 +64,7 @@ class Boundary:
     _interrupted: set[Key] = field(default_factory=set, repr=False)  # running at the stop
     _at_risk: set[Key] = field(default_factory=set, repr=False)  # sealed, group not trained
     _fate: dict[Key, str] = field(default_factory=dict, repr=False)
+    _at_risk_groups: dict[str, list[Key]] = field(default_factory=dict, repr=False)
     _after: list[float] = field(default_factory=list, repr=False)
 
     def report(self) -> dict[str, Any]:
@@ -181,7 +183,7 @@ class _Analysis:
                 boundary._interrupted.add(key)
                 del self.open[attempt_id]
         boundary.attempts_in_flight = len(boundary._interrupted)
-        for group in self.groups.values():
+        for group_id, group in self.groups.items():
             if group.run_id != old.run_id:
                 continue
             if group.sealed_tokens is None:
@@ -189,6 +191,7 @@ class _Analysis:
             else:
                 boundary.sealed_groups_untrained += 1
             boundary._at_risk.update(group.attempts)
+            boundary._at_risk_groups[group_id] = list(group.attempts)
             boundary.tokens_at_risk += sum(group.attempts.values())
         boundary.rollouts_interrupted = len(boundary._interrupted)
         self.result.boundaries.append(boundary)
@@ -289,6 +292,11 @@ class _Analysis:
                 self.result.tokens_trained += group.sealed_tokens
         b = self.watching
         if b is not None:
+            for gid in e.group_ids or ():  # a sealed group the snapshot kept, trained as it was
+                for key in b._at_risk_groups.pop(gid, ()):
+                    if key in self.unmatched:
+                        self.unmatched.discard(key)
+                        b._fate[key] = "kept"
             if b.old_last_step is not None and step <= b.old_last_step:
                 b.steps_retrained += 1
                 if step == b.old_last_step and b.catch_up_s is None:
@@ -313,6 +321,7 @@ class _Analysis:
             b.never_ran_again = fates.count(None)
             fates = [b._fate.get(k) for k in b._at_risk]
             b.rollouts_at_risk = len(fates)
+            b.at_risk_kept = fates.count("kept")
             b.at_risk_resumed = fates.count("resumed")
             b.at_risk_redispatched = fates.count("redispatched")
             b.at_risk_never_ran_again = fates.count(None)

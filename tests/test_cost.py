@@ -56,7 +56,8 @@ class TestBoundary:
         assert b.tokens_at_risk == 100
         assert (b.resumed, b.redispatched, b.never_ran_again) == (1, 0, 0)
         assert b.rollouts_at_risk == 1  # a10, sealed in the group the stop left untrained
-        assert (b.at_risk_resumed, b.at_risk_redispatched, b.at_risk_never_ran_again) == (0, 0, 1)
+        assert (b.at_risk_kept, b.at_risk_resumed, b.at_risk_redispatched) == (0, 0, 0)
+        assert b.at_risk_never_ran_again == 1
         assert (b.tokens_recovered, b.tokens_regenerated, b.steps_retrained) == (30, 0, 0)
         assert b.catch_up_s == pytest.approx(restore_t - resumed_at)
         assert b.batch_age_before == b.batch_age_after == 1.0
@@ -87,6 +88,23 @@ class TestBoundary:
         assert (boundary.redispatched, boundary.tokens_regenerated) == (1, 40)
         assert boundary.steps_retrained == 1
         assert boundary.catch_up_s == pytest.approx(back - start)
+
+    def test_sealed_groups_the_snapshot_kept_are_trained_as_they_were(self):
+        """A sealed, untrained group the new run trains under its old ID counts its rollouts
+        as kept; a sealed rollout of a group that is not trained again is not run again."""
+        b = TraceBuilder(run_id="A")
+        for gid, prompt in (("g", 1), ("u", 2)):
+            b.event("group.reserve", group_id=gid, prompt_id=prompt, size=2, weight_version=0)
+            for gen in (0, 1):
+                aid = f"{gid}{gen}"
+                attempt(b, "attempt.dispatch", aid, gid, prompt, gen, weight_version=0, epoch=0)
+                attempt(b, "attempt.seal", aid, gid, prompt, gen, tokens=10)
+        b.event("group.seal", group_id="g", prompt_id=1, tokens=20, tokens_by_version={"0": 20})
+        b.new_run("B", gap=1.0)
+        b.step(0, 1, ["g"])
+        (boundary,) = analyze(b.events).boundaries
+        assert boundary.rollouts_at_risk == 4
+        assert (boundary.at_risk_kept, boundary.at_risk_never_ran_again) == (2, 2)
 
     def test_a_single_run_has_no_boundary(self):
         """A file of one run reports no stop, only the summary."""

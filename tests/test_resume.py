@@ -119,7 +119,12 @@ class TestCostOfTheDemo:
             assert boundary["restored_checkpoint"]["step"] == restore["step"]
             fates = boundary["resumed"] + boundary["redispatched"] + boundary["never_ran_again"]
             assert fates == boundary["rollouts_interrupted"] == boundary["attempts_in_flight"] > 0
-            sealed = ("at_risk_resumed", "at_risk_redispatched", "at_risk_never_ran_again")
+            sealed = (
+                "at_risk_kept",
+                "at_risk_resumed",
+                "at_risk_redispatched",
+                "at_risk_never_ran_again",
+            )
             assert sum(boundary[k] for k in sealed) == boundary["rollouts_at_risk"]
             assert boundary["catch_up_s"] is not None
         assert [(b["resumed"], b["redispatched"]) for b in report["boundaries"]] == naive_fates(
@@ -144,4 +149,4 @@ class TestCostOfTheDemo:
         """The demo ends with the report a newcomer reads."""
         proc, _, _ = demo
         assert "What the stops cost" in proc.stdout and "stop 2" in proc.stdout
-        assert "sealed, untrained rollouts: resumed" in proc.stdout
+        assert "sealed, untrained: trained as kept" in proc.stdout
