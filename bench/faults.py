@@ -142,15 +142,13 @@ def queue_full_drops() -> int:
     return QUEUE_FULL_DROPS.count
 
 
-def span_note(tr: RolloutTrace, dropped_before: int) -> str:
-    """What became of the spans (for the OTLP rows), from the trace's span exporter."""
-    from otel_rollout._providers import QUEUE_FULL_DROPS
-
+def span_note(tr: RolloutTrace, dropped: int) -> str:
+    """What became of the spans (for the OTLP rows): ``dropped`` by the SDK's full queue,
+    the rest counted by the trace's span exporter."""
     for exporter in tr._pipeline._exporters[1:]:  # type: ignore[union-attr]
         counting = getattr(exporter, "span_exporter", None)
         if counting is not None:
             made = exporter.spans_started  # type: ignore[attr-defined]
-            dropped = QUEUE_FULL_DROPS.count - dropped_before
             left = made - counting.exported - counting.failed - dropped
             return (
                 f"spans: {made:,} made, {counting.exported:,} sent, {counting.failed:,} refused"
@@ -221,7 +219,7 @@ def run_stage(name: str, stage: Stage, rate: int, phases: tuple[float, float, fl
         lag_watcher.join()
     tr.close()
     row = Row(name, accepted=i + 1, written=tr.stats.written, dropped=tr.stats.dropped)
-    row.note = span_note(tr, drops_before)
+    row.note = span_note(tr, queue_full_drops() - drops_before)
     if lags:
         row.lag_p99_ms = sorted(lags)[int(0.99 * (len(lags) - 1))] * 1000
     stage.cleanup()

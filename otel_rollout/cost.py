@@ -285,18 +285,18 @@ class _Analysis:
         step = e.step
         if step is None:
             raise ValueError("a train.step without its step")
+        b = self.watching
         for gid in e.group_ids or ():
             group = self.groups.pop(gid, None)
             self.epochs.pop(gid, None)
             if group is not None and group.sealed_tokens is not None:
                 self.result.tokens_trained += group.sealed_tokens
-        b = self.watching
-        if b is not None:
-            for gid in e.group_ids or ():  # a sealed group the snapshot kept, trained as it was
+            if b is not None:  # a sealed group the snapshot kept, trained as it was
                 for key in b._at_risk_groups.pop(gid, ()):
                     if key in self.unmatched:
                         self.unmatched.discard(key)
                         b._fate[key] = "kept"
+        if b is not None:
             if b.old_last_step is not None and step <= b.old_last_step:
                 b.steps_retrained += 1
                 if step == b.old_last_step and b.catch_up_s is None:

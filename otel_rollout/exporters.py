@@ -41,6 +41,11 @@ class EventExporter(Protocol):
         ...
 
 
+#: An exporter may also have ``retryable``: True after an export lost events to a fault
+#: that may pass.  The pipeline then retries what was lost with backoff (the JSONL log
+#: does this for full or unwritable disks); exporters without it are never retried.
+
+
 def _default(value: Any) -> Any:
     """Encode what orjson does not know natively, losing as little as possible."""
     if isinstance(value, PurePath):

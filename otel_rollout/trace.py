@@ -94,7 +94,7 @@ class RolloutTrace:
     ) -> None:
         self.path: Path | None = None
         self.run_id: str | None = None
-        self._exporters: list[EventExporter] = []
+        self._exporters = list(exporters)  # the caller's own; a forked child keeps them
         self._pipeline: Pipeline | None = None
         self._closed = False
         self.otel = otel.settings(**otel_options)  # misspelt options fail before any I/O
@@ -107,7 +107,6 @@ class RolloutTrace:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.run_id = new_run_id()
-        self._exporters = list(exporters)
         self._pipeline = Pipeline(
             self.run_id,
             [JsonlExporter(path), *exporters, *_otel_exporters(self.run_id, self.otel)],

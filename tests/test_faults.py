@@ -38,33 +38,32 @@ def tally(path: Path) -> tuple[list[dict], int, int]:
     return xs, dropped, reader.skipped
 
 
-@pytest.fixture(scope="class")
-def tmpfs_once(tmp_path_factory):
-    """One small tmpfs for a whole class of examples (needs root)."""
-    where = tmp_path_factory.mktemp("disk")
-    result = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(where)], capture_output=True
-    )
+def mount_tmpfs(where: Path, size: str) -> None:
+    """Mount a tmpfs of ``size`` at ``where``, or skip the test (mounting needs root)."""
+    command = ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)]
+    result = subprocess.run(command, capture_output=True)
     if result.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {result.stderr.decode().strip()}")
+
+
+@pytest.fixture(scope="class")
+def tmpfs_once(tmp_path_factory):
+    """One small tmpfs for a whole class of examples."""
+    where = tmp_path_factory.mktemp("disk")
+    mount_tmpfs(where, "256k")
     yield where
     subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 @pytest.fixture
 def tmpfs(tmp_path):
-    """Mount a small tmpfs (needs root); yields a function ``mount(size)`` returning its path."""
+    """Small tmpfs mounts for one test: ``mount(size)`` returns the next one's path."""
     mounted: list[Path] = []
 
     def mount(size: str) -> Path:
         where = tmp_path / f"disk{len(mounted)}"
         where.mkdir()
-        result = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-            capture_output=True,
-        )
-        if result.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here: {result.stderr.decode().strip()}")
+        mount_tmpfs(where, size)
         mounted.append(where)
         return where
 
