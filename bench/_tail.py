@@ -4,29 +4,24 @@
 Stops at the first ``bench.end`` event, then prints the latencies (seconds) as JSON.
 """
 
-import os
 import sys
 import time
 
 import orjson
 
+from otel_rollout.follow import FileFollower
+
 
 def main() -> None:
-    path = sys.argv[1]
-    while not os.path.exists(path):
-        time.sleep(0.0001)
-    fd = os.open(path, os.O_RDONLY)
-    pending = b""
+    follower = FileFollower(sys.argv[1])
     latencies = []
     while True:
-        chunk = os.read(fd, 1 << 20)
-        if not chunk:
+        lines = follower.read().lines
+        if not lines:
             time.sleep(0.0001)
             continue
         now = time.time()
-        pending += chunk
-        *complete, pending = pending.split(b"\n")
-        for line in complete:
+        for line in lines:
             event = orjson.loads(line)
             if event["event"] == "bench.end":
                 sys.stdout.write(orjson.dumps(latencies).decode())

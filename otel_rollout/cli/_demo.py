@@ -18,6 +18,7 @@ from pathlib import Path
 
 import orjson
 
+from ..follow import FileFollower
 from ..trace import ROLLOUT_TRACE_FILENAME
 from ._common import CliError
 
@@ -39,28 +40,19 @@ class _TraceWatcher:
     """Follows a trace file as it grows; knows the newest step each run has trained."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-        self.pending = b""
+        self.follower = FileFollower(path)
         self.runs: list[str] = []
         self.steps: dict[str, int] = {}
 
     def poll(self) -> None:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                chunk = f.read()
-        except FileNotFoundError:
-            return
-        self.offset += len(chunk)
-        *lines, self.pending = (self.pending + chunk).split(b"\n")
-        for line in lines:
-            if b'"run.start"' in line or b'"train.step"' in line:
-                event = orjson.loads(line)
-                if event["event"] == "run.start":
-                    self.runs.append(event["run_id"])
-                elif event["event"] == "train.step":
-                    self.steps[event["run_id"]] = event["step"]
+        while lines := self.follower.read().lines:
+            for line in lines:
+                if b'"run.start"' in line or b'"train.step"' in line:
+                    event = orjson.loads(line)
+                    if event["event"] == "run.start":
+                        self.runs.append(event["run_id"])
+                    elif event["event"] == "train.step":
+                        self.steps[event["run_id"]] = event["step"]
 
 
 def _child(log_dir: Path, options: list[str], resume: bool) -> subprocess.Popen[bytes]:
