@@ -108,7 +108,7 @@ class CountingSpanExporter(SpanExporter):
         return self.inner.force_flush(timeout_millis)
 
 
-def _otlp_span_exporter(chosen: OtelSettings) -> SpanExporter:
+def otlp_span_exporter(chosen: OtelSettings) -> SpanExporter:
     if chosen.protocol == "http/protobuf":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
@@ -150,7 +150,7 @@ def span_builder(run_id: str, chosen: OtelSettings) -> SpanBuilder:
     # Not shut down at exit by the SDK (which waits out the OTLP timeout on a hung collector):
     # the trace's own close does it, within OTEL_ROLLOUT_CLOSE_TIMEOUT.
     owned = TracerProvider(resource=resource(run_id, chosen), shutdown_on_exit=False)
-    exporter = ConsoleSpanExporter() if chosen.traces == "console" else _otlp_span_exporter(chosen)
+    exporter = ConsoleSpanExporter() if chosen.traces == "console" else otlp_span_exporter(chosen)
     counting = CountingSpanExporter(exporter)
     owned.add_span_processor(BatchSpanProcessor(counting, max_export_batch_size=_live_batch_size()))
     tracer = owned.get_tracer(SCOPE)
@@ -172,9 +172,9 @@ def span_builder(run_id: str, chosen: OtelSettings) -> SpanBuilder:
     return builder
 
 
-def _metric_readers(chosen: OtelSettings) -> tuple[list[MetricReader], Callable[[], None]]:
+def push_metric_readers(chosen: OtelSettings) -> list[MetricReader]:
+    """The readers that push metrics (OTLP, console) as ``chosen`` asks; none for Prometheus."""
     readers: list[MetricReader] = []
-    stops: list[Callable[[], None]] = []
     if "otlp" in chosen.metrics:
         if chosen.protocol == "http/protobuf":
             from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
@@ -191,6 +191,12 @@ def _metric_readers(chosen: OtelSettings) -> tuple[list[MetricReader], Callable[
         readers.append(PeriodicExportingMetricReader(exporter))
     if "console" in chosen.metrics:
         readers.append(PeriodicExportingMetricReader(ConsoleMetricExporter()))
+    return readers
+
+
+def _metric_readers(chosen: OtelSettings) -> tuple[list[MetricReader], Callable[[], None]]:
+    readers = push_metric_readers(chosen)
+    stops: list[Callable[[], None]] = []
     if "prometheus" in chosen.metrics:
         reader, stop = _prometheus_reader(chosen)
         if reader is not None:
@@ -204,9 +210,9 @@ def _metric_readers(chosen: OtelSettings) -> tuple[list[MetricReader], Callable[
     return readers, stop_all
 
 
-def _prometheus_reader(chosen: OtelSettings) -> tuple[MetricReader | None, Callable[[], None]]:
-    """A Prometheus reader with its own registry, served on host:port (127.0.0.1 by default)."""
-    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+def serve_prometheus(chosen: OtelSettings) -> tuple[Any, Callable[[], None]]:
+    """A registry served on host:port (127.0.0.1 by default) and its stop; (None, no-op) if the
+    port cannot be bound, which is logged."""
     from prometheus_client import CollectorRegistry, start_http_server
 
     registry = CollectorRegistry()
@@ -229,7 +235,34 @@ def _prometheus_reader(chosen: OtelSettings) -> tuple[MetricReader | None, Calla
             server.shutdown()
             server.server_close()
 
+    return registry, stop
+
+
+def _prometheus_reader(chosen: OtelSettings) -> tuple[MetricReader | None, Callable[[], None]]:
+    """A Prometheus reader with its own registry, served on host:port."""
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+
+    registry, stop = serve_prometheus(chosen)
+    if registry is None:
+        return None, stop
     return PrometheusMetricReader(registry=registry), stop
+
+
+def meter_provider(run_id: str, chosen: OtelSettings, readers: list[MetricReader]) -> MeterProvider:
+    """A meter provider for one run, with the views that bound the rollout metrics' labels."""
+    views = [
+        View(instrument_name=name, attribute_keys={"outcome", "reason"})
+        for name in ("rollout.attempts", "rollout.groups")
+    ] + [
+        View(instrument_name="rollout.tokens.trained", attribute_keys={"age"}),
+        View(instrument_name="rollout.checkpoints", attribute_keys={"kind"}),
+    ]
+    return MeterProvider(
+        resource=resource(run_id, chosen),
+        metric_readers=readers,
+        views=views,
+        shutdown_on_exit=False,  # whoever made it shuts it down, within their timeout
+    )
 
 
 def metrics_exporter(run_id: str, chosen: OtelSettings) -> MetricsExporter:
@@ -238,53 +271,10 @@ def metrics_exporter(run_id: str, chosen: OtelSettings) -> MetricsExporter:
         provider = chosen.meter_provider
         return MetricsExporter(provider.get_meter(SCOPE), on_shutdown=provider.force_flush)
     readers, stop_servers = _metric_readers(chosen)
-    views = [
-        View(instrument_name=name, attribute_keys={"outcome", "reason"})
-        for name in ("rollout.attempts", "rollout.groups")
-    ] + [
-        View(instrument_name="rollout.tokens.trained", attribute_keys={"age"}),
-        View(instrument_name="rollout.checkpoints", attribute_keys={"kind"}),
-    ]
-    owned = MeterProvider(
-        resource=resource(run_id, chosen),
-        metric_readers=readers,
-        views=views,
-        shutdown_on_exit=False,  # the trace's close shuts it down, within its timeout
-    )
+    owned = meter_provider(run_id, chosen, readers)
 
     def shutdown() -> None:
         owned.shutdown()
         stop_servers()
 
     return MetricsExporter(owned.get_meter(SCOPE), on_shutdown=shutdown)
-
-
-class Replay:
-    """Replays events through one :class:`SpanBuilder`, one tracer provider per run."""
-
-    def __init__(self, chosen: OtelSettings) -> None:
-        self.chosen = chosen
-        self.runs: dict[str, tuple[TracerProvider, CountingSpanExporter]] = {}
-        self.builder = SpanBuilder(self._tracer_for)
-
-    def _tracer_for(self, run_id: str) -> Any:
-        if run_id not in self.runs:
-            provider = TracerProvider(resource=resource(run_id, self.chosen))
-            counting = CountingSpanExporter(_otlp_span_exporter(self.chosen))
-            provider.add_span_processor(BatchSpanProcessor(counting))
-            self.runs[run_id] = (provider, counting)
-        return self.runs[run_id][0].get_tracer(SCOPE)
-
-    def flush(self) -> None:
-        """Wait until every span made so far is sent: a replay must not outrun the queue."""
-        for provider, _ in self.runs.values():
-            provider.force_flush()
-
-    def finish(self) -> tuple[int, int]:
-        """End what the file left open, send everything; (spans sent, spans not sent)."""
-        self.builder.end_open_spans(reason="run.stopped")
-        for provider, _ in self.runs.values():
-            provider.shutdown()
-        exported = sum(c.exported for _, c in self.runs.values())
-        failed = sum(c.failed for _, c in self.runs.values())
-        return exported, failed

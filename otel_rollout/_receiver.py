@@ -39,7 +39,8 @@ class OtlpReceiver:
     export with the retryable error a busy collector gives (gRPC UNAVAILABLE,
     HTTP 503), counting the refusals in ``refused``.  ``spans()`` gives
     ``(resource_attributes, span)`` pairs (``span`` is the protobuf message);
-    ``metric_points(name)`` gives the data points of one metric.
+    ``metric_points(name)`` gives the data points of one metric.  ``lags`` holds,
+    for every span received, the seconds from its end time to its arrival here.
     """
 
     def __init__(
@@ -56,6 +57,7 @@ class OtlpReceiver:
         self.fail = fail
         self.refused = 0
         self.span_count = 0
+        self.lags: list[float] = []
         self.trace_requests: list[trace_service_pb2.ExportTraceServiceRequest] = []
         self.metric_requests: list[metrics_service_pb2.ExportMetricsServiceRequest] = []
         self._lock = threading.Lock()
@@ -79,9 +81,11 @@ class OtlpReceiver:
     def _keep(self, store: list[Any], message: Any) -> None:
         with self._lock:
             if store is self.trace_requests:
-                self.span_count += sum(
-                    len(ss.spans) for rs in message.resource_spans for ss in rs.scope_spans
-                )
+                now = time.time_ns()
+                for rs in message.resource_spans:
+                    for ss in rs.scope_spans:
+                        self.span_count += len(ss.spans)
+                        self.lags += [(now - s.end_time_unix_nano) / 1e9 for s in ss.spans]
             if self.keep:
                 store.append(message)
 

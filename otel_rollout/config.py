@@ -15,6 +15,8 @@ from typing import Generic, TypeVar
 
 __all__ = [
     "CLOSE_TIMEOUT",
+    "EXPORT_MODE",
+    "EXPORT_MODES",
     "HANDLE_SIGTERM",
     "MAX_BATCH",
     "MAX_EVENT_BYTES",
@@ -22,6 +24,7 @@ __all__ = [
     "QUEUE_SIZE",
     "RETRY_MAX_DELAY",
     "SETTINGS",
+    "SIDECAR_LINGER",
     "Setting",
 ]
 
@@ -38,6 +41,7 @@ class Setting(Generic[T]):
     default: T
     parse: Callable[[str], T]
     doc: str
+    zero_ok: bool = False  # 0 is a meaningful value (none at all), not a mistake
 
     def resolve(self, explicit: T | None = None) -> T:
         """The explicit value if given, else the environment's, else the default."""
@@ -54,7 +58,8 @@ class Setting(Generic[T]):
 
     def check(self, value: T) -> T:
         """Reject values that cannot work (a queue of zero events, a negative timeout)."""
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if number and (value < 0 or (value == 0 and not self.zero_ok)):  # type: ignore[operator]
             raise ValueError(f"{self.env} must be positive, got {value!r}")
         return value
 
@@ -114,6 +119,36 @@ HANDLE_SIGTERM: Setting[bool] = Setting(
     "On SIGTERM (when no other handler is set), write queued events, then die as usual.",
 )
 
+
+def _export_mode(raw: str) -> str:
+    value = raw.lower()
+    if value not in EXPORT_MODES:
+        raise ValueError(f"expected one of {', '.join(EXPORT_MODES)}")
+    return value
+
+
+#: Where spans and metrics are made when export is on (see EXPORT_MODE).
+EXPORT_MODES = ("sidecar", "inprocess")
+
+# The trade-off, measured in bench/README.md: in-process export builds spans and metric
+# updates on the trainer's background thread, under its GIL (a controller doing Python work
+# kept 64-76% of its throughput); the sidecar leaves the trainer only the log to write.
+EXPORT_MODE: Setting[str] = Setting(
+    "OTEL_ROLLOUT_EXPORT_MODE",
+    "sidecar",
+    _export_mode,
+    "Where spans and metrics are made: 'sidecar' (a process of their own, reading the log) "
+    "or 'inprocess' (the trainer's background thread).",
+)
+SIDECAR_LINGER: Setting[float] = Setting(
+    "OTEL_ROLLOUT_SIDECAR_LINGER",
+    30.0,
+    float,
+    "Seconds the sidecar keeps serving after the last run it follows stopped, for a resumed "
+    "run to append to the same log (the scrape endpoint stays up through a restart).",
+    zero_ok=True,
+)
+
 SETTINGS: tuple[Setting, ...] = (
     QUEUE_SIZE,
     MAX_BATCH,
@@ -122,4 +157,6 @@ SETTINGS: tuple[Setting, ...] = (
     MAX_EVENT_BYTES,
     MAX_LINE_BYTES,
     HANDLE_SIGTERM,
+    EXPORT_MODE,
+    SIDECAR_LINGER,
 )

@@ -55,9 +55,16 @@ _OUTCOMES = {
 class MetricsExporter:
     """Updates the rollout instruments of ``meter`` from each batch of events."""
 
-    def __init__(self, meter: Meter, on_shutdown: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        meter: Meter,
+        on_shutdown: Callable[[], None] | None = None,
+        *,
+        live: LiveBatchAge | None = None,
+    ) -> None:
         self._on_shutdown = on_shutdown
-        self._live = LiveBatchAge()
+        # Shared by the sidecar across a file's runs: a resumed run trains groups sealed before.
+        self._live = live if live is not None else LiveBatchAge()
         self._i: dict[str, Any] = {}
         for name, (kind, unit, description) in INSTRUMENTS.items():
             create = meter.create_gauge if kind == "gauge" else meter.create_counter

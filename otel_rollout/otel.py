@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from . import config
 from .exporters import EventExporter
 
 __all__ = ["OtelSettings", "build_exporters", "configure", "settings"]
@@ -55,6 +56,16 @@ class OtelSettings:
     tracer_provider: Any = None
     meter_provider: Any = None
     resource_attributes: Mapping[str, Any] = field(default_factory=dict)
+    #: ``"sidecar"`` or ``"inprocess"``; None: ``OTEL_ROLLOUT_EXPORT_MODE`` (default sidecar).
+    #: Your own ``tracer_provider``/``meter_provider`` always mean in-process.
+    export_mode: str | None = None
+
+    @property
+    def in_process(self) -> bool:
+        """Whether spans and metrics are made on the trainer's background thread."""
+        if self.tracer_provider is not None or self.meter_provider is not None:
+            return True
+        return config.EXPORT_MODE.resolve(self.export_mode) == "inprocess"
 
     @property
     def active(self) -> bool:
@@ -121,6 +132,11 @@ def _normalize(options: dict[str, Any]) -> dict[str, Any]:
         out["metrics"] = frozenset([value] if isinstance(value, str) else value) - {"none"}
     if "protocol" in out:
         out["protocol"] = _protocol(out["protocol"])
+    if "export_mode" in out and out["export_mode"] not in config.EXPORT_MODES:
+        raise ValueError(
+            f"export_mode must be one of {', '.join(config.EXPORT_MODES)}, "
+            f"got {out['export_mode']!r}"
+        )
     return out
 
 

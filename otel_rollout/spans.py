@@ -89,16 +89,22 @@ class SpanBuilder:
     ``tracer_for`` gives the tracer of a run (its resource carries
     ``service.instance.id`` = the run's ID); a live trace has one run, a
     replayed file may have several.  ``on_shutdown`` runs after open spans
-    are ended (to flush and shut down the providers).
+    are ended (to flush and shut down the providers).  With ``end_other_runs``
+    a ``run.start`` ends what every other run left open (a replayed file: the
+    earlier run has stopped); the sidecar, which knows which runs are alive,
+    turns it off and calls :meth:`end_open_spans` itself.
     """
 
     def __init__(
         self,
         tracer_for: Callable[[str], otel_trace.Tracer],
         on_shutdown: Callable[[], None] | None = None,
+        *,
+        end_other_runs: bool = True,
     ) -> None:
         self._tracer_for = tracer_for
         self._on_shutdown = on_shutdown
+        self._end_other_runs = end_other_runs
         self._groups: dict[str, otel_trace.Span] = {}
         self._attempts: dict[str, otel_trace.Span] = {}
         self._group_contexts: OrderedDict[str, SpanContext] = OrderedDict()
@@ -193,8 +199,11 @@ class SpanBuilder:
 
     def _run_start(self, event: dict[str, Any]) -> None:
         # A new process resumed into the file: what the earlier runs left open stays open forever.
+        # A forked child's parent goes on, so its spans stay open.
+        if not self._end_other_runs:
+            return
         for run_id in list(self._last_t):
-            if run_id != event["run_id"]:
+            if run_id not in (event["run_id"], event.get("parent_run_id")):
                 self.end_open_spans(reason="run.stopped", run_id=run_id)
 
     def _group_reserve(self, event: dict[str, Any]) -> None:

@@ -21,7 +21,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import config, otel
 from ._pipeline import Pipeline, PipelineStats
@@ -37,6 +37,9 @@ from .batch_age import (
 from .exporters import EventExporter, JsonlExporter
 from .reader import read_events
 from .schema import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    from .sidecar.link import SidecarLink
 
 __all__ = [
     "BATCH_AGE_TOKENS_METRIC",
@@ -96,6 +99,9 @@ class RolloutTrace:
         self.run_id: str | None = None
         self._exporters = list(exporters)  # the caller's own; a forked child keeps them
         self._pipeline: Pipeline | None = None
+        self._sidecar: SidecarLink | None = None
+        #: The sidecar's counts when it answered this run's close (spans made, sent, failed).
+        self.sidecar_counts: dict[str, Any] = {}
         self._closed = False
         self.otel = otel.settings(**otel_options)  # misspelt options fail before any I/O
         if path is None:
@@ -107,9 +113,10 @@ class RolloutTrace:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.run_id = new_run_id()
+        log = JsonlExporter(path)  # opened first: the sidecar's offset is where our lines begin
         self._pipeline = Pipeline(
             self.run_id,
-            [JsonlExporter(path), *exporters, *_otel_exporters(self.run_id, self.otel)],
+            [log, *exporters, *self._made_here(self.run_id)],
             capacity=config.QUEUE_SIZE.resolve(capacity),
             max_batch=config.MAX_BATCH.resolve(),
             retry_max_delay=config.RETRY_MAX_DELAY.resolve(),
@@ -119,6 +126,21 @@ class RolloutTrace:
         self._submit_run_start()
         _live.add(self)
         _handle_sigterm()
+
+    def _made_here(self, run_id: str) -> list[EventExporter]:
+        """The span and metric exporters for this process's pipeline: none when a sidecar
+        makes them from the log (it is asked for here, reading from the log's end now)."""
+        if not self.otel.active:
+            return []
+        if self.otel.in_process:
+            return _otel_exporters(run_id, self.otel)
+        from .sidecar.link import SidecarLink
+
+        assert self.path is not None
+        offset = self.path.stat().st_size if self.path.exists() else 0
+        linger = config.SIDECAR_LINGER.resolve()
+        self._sidecar = SidecarLink(self.path, run_id, self.otel, offset, linger)
+        return []
 
     def _submit_run_start(self, **extra: Any) -> None:
         assert self._pipeline is not None
@@ -177,7 +199,15 @@ class RolloutTrace:
             return
         self._closed = True
         self.emit = _noop  # type: ignore[method-assign]
-        self._pipeline.close(config.CLOSE_TIMEOUT.resolve())
+        timeout = config.CLOSE_TIMEOUT.resolve()
+        deadline = time.monotonic() + timeout
+        self._pipeline.close(timeout)
+        sidecar, self._sidecar = self._sidecar, None
+        if sidecar is not None and self.path is not None:
+            # Everything this run wrote ends before the file's end now.
+            offset = self.path.stat().st_size if self.path.exists() else 0
+            sidecar.close(offset, max(deadline - time.monotonic(), 0.0))
+            self.sidecar_counts = sidecar.counts
         _live.discard(self)
 
     def __enter__(self) -> RolloutTrace:
@@ -198,8 +228,11 @@ class RolloutTrace:
         self.run_id = new_run_id()
         # Spans and metrics are rebuilt: their resource names the run, and the SDK's threads
         # did not survive the fork.
-        run_id, chosen, mine = self.run_id, self.otel, self._exporters
-        self._pipeline.restart_in_child(run_id, lambda: [*mine, *_otel_exporters(run_id, chosen)])
+        if self._sidecar is not None:
+            self._sidecar.abandon_in_child()
+            self._sidecar = None
+        run_id, mine = self.run_id, self._exporters
+        self._pipeline.restart_in_child(run_id, lambda: [*mine, *self._made_here(run_id)])
         self.emit = self._pipeline.make_emit()  # type: ignore[method-assign]
         self._submit_run_start(parent_run_id=parent)
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from itertools import islice
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from ..otel import settings
-from ._common import CliError, checked_events, trace_reader
+from ..otel import OtelSettings, settings
+from ._common import CliError, checked_batches, trace_reader
 
-_BATCH = 2048  # events per slice: fewer spans than the SDK's 2048-span queue holds
+if TYPE_CHECKING:
+    from ..sidecar._telemetry import Telemetry
 
 
 def add_parser(commands: Any) -> None:
@@ -39,32 +40,70 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--service-name", help="service.name (default: OTEL_SERVICE_NAME or otel-rollout)"
     )
+    parser.add_argument(
+        "--follow",
+        action="store_true",
+        help="keep following the file as it grows, like tail -F (a file not there yet, a "
+        "partial last line, a file replaced), and export spans and metrics as the standard "
+        "OTEL_* settings say, serving the Prometheus endpoint if asked: the sidecar a trace "
+        "starts by itself when export is on",
+    )
+    parser.add_argument(
+        "--linger",
+        type=float,
+        metavar="SECONDS",
+        help="with --follow: exit this long after every run in the file has stopped "
+        "(default: follow until Ctrl-C or SIGTERM)",
+    )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import _providers
-
     chosen = settings(
-        traces="otlp",
+        traces=None if args.follow else "otlp",
         endpoint=args.endpoint,
         protocol=args.protocol,
         service_name=args.service_name,
     )
-    replay = _providers.Replay(chosen)
-    events = checked_events(trace_reader(args.file))
-    seen = 0
-    while batch := list(islice(events, _BATCH)):
-        seen += len(batch)
-        replay.builder.export(batch)
-        replay.flush()
-    exported, failed = replay.finish()
+    telemetry = _follow(args, chosen) if args.follow else _replay(args, chosen)
     where = args.endpoint or "the endpoint from OTEL_EXPORTER_OTLP_ENDPOINT"
     print(
-        f"{args.file}: {seen} events from {len(replay.runs)} runs → {replay.builder.spans_started} "
-        f"spans; {exported} sent to {where}, {failed} not sent",
+        f"{args.file}: {telemetry.events} events from {len(telemetry.runs)} runs → "
+        f"{telemetry.spans_made} spans; {telemetry.spans_sent} sent to {where}, "
+        f"{telemetry.spans_failed} not sent",
         file=sys.stderr,
     )
-    if failed:
-        raise CliError(f"{failed} spans could not be sent to {where}", exit_code=1)
+    if telemetry.spans_failed:
+        raise CliError(f"{telemetry.spans_failed} spans could not be sent to {where}", exit_code=1)
     return 0
+
+
+def _replay(args: argparse.Namespace, chosen: OtelSettings) -> Telemetry:
+    """The whole file, once: what a run left open ends when the next run starts, or at the end."""
+    from ..sidecar._telemetry import Telemetry
+
+    telemetry = Telemetry(chosen, end_other_runs=True)
+    for batch in checked_batches(trace_reader(args.file)):
+        telemetry.export(batch)
+    telemetry.finish("run.stopped")
+    return telemetry
+
+
+def _follow(args: argparse.Namespace, chosen: OtelSettings) -> Telemetry:
+    from ..sidecar import Sidecar, handle_signals
+
+    if not chosen.active:
+        raise CliError(
+            "nothing to export: set --endpoint, OTEL_EXPORTER_OTLP_ENDPOINT, "
+            "OTEL_TRACES_EXPORTER or OTEL_METRICS_EXPORTER"
+        )
+    if Path(args.file).is_dir():
+        raise CliError(f"{args.file}: is a directory (pass the rollout_trace.jsonl inside it)")
+    try:
+        sidecar = Sidecar(args.file, chosen, linger=args.linger)
+    except OSError as exc:
+        raise CliError(f"another sidecar already follows {args.file} ({exc})") from exc
+    handle_signals(sidecar)
+    print(f"following {args.file}; Ctrl-C to stop", file=sys.stderr)
+    sidecar.run()
+    return sidecar.telemetry

@@ -1,0 +1,357 @@
+"""The export sidecar: spans and metrics made from the JSONL log, in a process of its own.
+
+A training process with export on writes only the log; this process follows
+the log (:class:`~otel_rollout.follow.FileFollower`), builds spans and metric
+updates from each line it reads (:class:`._telemetry.Telemetry`, the same
+builders as the in-process pipeline) and sends them: OTLP spans and metrics,
+and a Prometheus scrape endpoint it serves.  The controller's GIL is left
+alone, and a ``kill -9`` of the trainer loses no span the file can describe.
+
+When a run is over, what it left open is ended and exported:
+
+* its trainer's connection to the sidecar drops without a clean close
+  (``kill -9``, a crash): at once, ``rollout.ended_by=run.stopped``;
+* its trainer closed the trace: ``rollout.ended_by=trace.close``;
+* no connection, same host: its ``pid`` (from ``run.start``) has exited,
+  checked every second (``run.stopped``);
+* no connection, another host, or a file replayed by ``otel-rollout export``:
+  when a later run that is not its forked child starts (``run.stopped``).
+
+Started by a trace, the sidecar exits ``linger`` seconds after the last run
+it follows is over and exported, unless a resumed run appends to the file
+first, in which case it follows that run too: one sidecar, one scrape
+endpoint through a kill and a resume.  Run by hand (``otel-rollout export
+FILE --follow``) it follows until stopped; what is open then is ended with
+``sidecar.stopped``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from queue import Empty, SimpleQueue
+from typing import Any
+
+import orjson
+
+from ..follow import FileFollower
+from ..otel import OtelSettings
+from ._control import ControlServer, Note, send
+
+__all__ = ["Sidecar", "pid_alive"]
+
+_log = logging.getLogger("otel_rollout")
+
+#: Seconds between reads of a file that had nothing new.  The lag from a line to its
+#: span is this plus one export; 20 ms costs the idle sidecar ~0.1% of a core.
+POLL = 0.02
+#: Seconds between checks that the trainers without a connection still run.
+_PID_CHECK = 1.0
+_MAX_WARNINGS = 10
+
+
+def pid_alive(pid: Any, started_before: float | None = None) -> bool:
+    """Whether process ``pid`` runs on this host (and, if /proc says, began before
+    ``started_before``: a later process with the same pid is not the one that wrote)."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    if started_before is None:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
+        with open("/proc/stat", "rb") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return True
+    return boot + ticks / os.sysconf("SC_CLK_TCK") <= started_before + 1.0
+
+
+def settings_key(chosen: OtelSettings) -> str:
+    """A short text naming where ``chosen`` sends things, to spot a sidecar set up otherwise."""
+    fields = (
+        chosen.traces,
+        sorted(chosen.metrics),
+        chosen.endpoint,
+        chosen.protocol,
+        chosen.prometheus_host,
+        chosen.prometheus_port,
+        chosen.service_name,
+    )
+    return orjson.dumps(fields).decode()
+
+
+class Sidecar:
+    """Follows ``path`` from byte ``offset`` and exports what each run's events describe.
+
+    ``linger`` (seconds) makes a following sidecar exit once every run it saw is
+    over and exported and nothing new came for that long; None follows forever.
+    ``control`` serves the trainers' connections; binding it raises ``OSError``
+    when another sidecar already follows the file.  With ``hand_over`` (a
+    sidecar a trace started) a trainer with other settings may take the file
+    over once no live trainer uses this one; one run by hand keeps it.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        chosen: OtelSettings,
+        *,
+        offset: int = 0,
+        linger: float | None = None,
+        control: bool = True,
+        hand_over: bool = False,
+    ) -> None:
+        from ._telemetry import Telemetry  # the SDK, only once something is exported
+
+        self.path = Path(path)
+        self.linger = linger
+        self.hand_over = hand_over
+        self.skipped = 0
+        self._follower = FileFollower(self.path, offset)
+        self._notes: SimpleQueue[Note] = SimpleQueue()
+        self._stop = threading.Event()
+        self._host = socket.gethostname()
+        self._connected: dict[str, socket.socket] = {}  # runs whose trainer holds a connection
+        self._stop_at: int | None = None  # handed over: read up to here, then finish
+        self._ending: dict[str, tuple[int, str, socket.socket | None]] = {}
+        self.control: ControlServer | None = None
+        if control:  # first: if another sidecar follows the file, touch nothing else
+            self.control = ControlServer(
+                self.path, self._notes, self._follower.size, settings_key(chosen)
+            )
+        #: What works only in part, for the trainer that started us to log.
+        self.problems: list[str] = []
+        self._stop_prometheus: Callable[[], None] = lambda: None
+        registry = None
+        try:
+            if "prometheus" in chosen.metrics:
+                from .._providers import serve_prometheus
+
+                registry, self._stop_prometheus = serve_prometheus(chosen)
+                if registry is None:
+                    self.problems.append(
+                        f"cannot serve Prometheus metrics on {chosen.prometheus_host}:"
+                        f"{chosen.prometheus_port} (see the sidecar's log)"
+                    )
+            self.telemetry = Telemetry(chosen, prometheus_registry=registry)
+        except BaseException:
+            self._stop_prometheus()
+            if self.control is not None:
+                self.control.close()
+            raise
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to finish (from a signal handler or another thread)."""
+        self._stop.set()
+
+    def run(self) -> None:
+        """Follow and export until the file ends (replay), ``linger`` runs out, or :meth:`stop`."""
+        telemetry = self.telemetry
+        quiet_since = time.monotonic()
+        next_pid_check = 0.0
+        try:
+            while not self._stop.is_set():
+                batch = self._follower.read()
+                if batch.reopened:
+                    _log.warning("otel-rollout: %s was replaced; following the new file", self.path)
+                lines, handed = batch.lines, False
+                if self._stop_at is not None:  # handed over: nothing from the offset on is ours
+                    lines = _before(lines, batch.start, self._stop_at)
+                    handed = self._follower.read_to >= self._stop_at
+                events = self._parse(lines, batch.start)
+                if events:
+                    telemetry.export(events)
+                    self._after_run_starts(events)
+                    quiet_since = time.monotonic()
+                if handed:
+                    break
+                if self._handle_notes():
+                    quiet_since = time.monotonic()
+                if self._end_due_runs():
+                    quiet_since = time.monotonic()
+                if batch.lines:
+                    continue
+                telemetry.ship()
+                now = time.monotonic()
+                if now >= next_pid_check:
+                    self._check_pids()
+                    next_pid_check = now + _PID_CHECK
+                if self._idle_for(now - quiet_since):
+                    break
+                self._stop.wait(POLL)
+        finally:
+            self._finish()
+
+    # Reading.
+
+    def _parse(self, lines: list[bytes], offset: int) -> list[dict[str, Any]]:
+        events = []
+        loads = orjson.loads
+        for line in lines:
+            size = len(line) + 1
+            if line.strip():
+                try:
+                    event = loads(line)
+                    if (
+                        event.__class__ is dict
+                        and event.get("event").__class__ is str
+                        and event.get("run_id").__class__ is str
+                        and event.get("t").__class__ in (float, int)
+                    ):
+                        events.append(event)
+                    else:
+                        self._skip(offset, "not an event (needs t, run_id and event)")
+                except orjson.JSONDecodeError as exc:
+                    self._skip(offset, f"not valid JSON: {exc}")
+            offset += size
+        return events
+
+    def _skip(self, offset: int, reason: str) -> None:
+        self.skipped += 1
+        if self.skipped <= _MAX_WARNINGS:
+            _log.warning("%s: the line at byte %d: %s; skipped", self.path, offset, reason)
+
+    # When runs are over.
+
+    def _after_run_starts(self, events: list[dict[str, Any]]) -> None:
+        """A run that starts ends every open run that cannot be checked otherwise."""
+        for event in events:
+            if event["event"] != "run.start":
+                continue
+            new, parent = event["run_id"], event.get("parent_run_id")
+            for run_id in self.telemetry.open_runs():
+                if run_id in (new, parent) or run_id in self._connected or run_id in self._ending:
+                    continue
+                start = self.telemetry.runs[run_id].start
+                if start.get("host") == self._host:
+                    continue  # its pid says when it is over
+                self.telemetry.end_run(run_id, "run.stopped")
+
+    def _handle_notes(self) -> bool:
+        handled = False
+        while True:
+            try:
+                note = self._notes.get_nowait()
+            except Empty:
+                return handled
+            handled = True
+            if note.kind == "handover":
+                self._hand_over(note)
+                continue
+            assert note.run_id is not None
+            if note.kind == "hello":
+                self._connected[note.run_id] = note.conn
+                self._ending.pop(note.run_id, None)  # a pid check may have misjudged it
+            else:
+                self._connected.pop(note.run_id, None)
+                reason = "trace.close" if note.kind == "close" else "run.stopped"
+                conn = note.conn if note.kind == "close" else None
+                self._ending[note.run_id] = (note.offset, reason, conn)
+
+    def _hand_over(self, note: Note) -> None:
+        """A trainer with other settings asks for the file from ``note.offset`` on."""
+        others = set(self._connected) - {note.run_id}
+        if others or self.control is None or not self.hand_over:
+            send(note.conn, {"op": "kept"})
+            return
+        _log.info(
+            "otel-rollout: a trainer with other settings takes the file over from byte %d",
+            note.offset,
+        )
+        self.control.close()  # first, so that its new sidecar can bind the address
+        self._stop_at = note.offset
+        send(note.conn, {"op": "handed"})
+
+    def _end_due_runs(self) -> bool:
+        """End the runs whose lines have all been read; answer the trainers that asked."""
+        due = [r for r, (offset, _, _) in self._ending.items() if self._follower.offset >= offset]
+        for run_id in due:
+            _, reason, conn = self._ending.pop(run_id)
+            self.telemetry.end_run(run_id, reason)
+            if conn is not None:
+                self.telemetry.flush()
+                t = self.telemetry
+                send(
+                    conn,
+                    {
+                        "op": "closed",
+                        "run_id": run_id,
+                        "spans_made": t.spans_made,
+                        "spans_sent": t.spans_sent,
+                        "spans_failed": t.spans_failed,
+                    },
+                )
+        return bool(due)
+
+    def _check_pids(self) -> None:
+        for run_id in self.telemetry.open_runs():
+            if run_id in self._connected or run_id in self._ending:
+                continue
+            start = self.telemetry.runs[run_id].start
+            if start.get("host") != self._host:
+                continue
+            t = start.get("t")
+            if not pid_alive(start.get("pid"), t if isinstance(t, (int, float)) else None):
+                self._ending[run_id] = (self._follower.size(), "run.stopped", None)
+
+    def _idle_for(self, quiet: float) -> bool:
+        """Whether a lingering sidecar may exit: nothing open, nothing owed, quiet long enough."""
+        if self.linger is None or quiet < self.linger:
+            return False
+        if self._connected or self._ending or self.telemetry.open_runs():
+            return False
+        if self.control is not None and self.control.connections:
+            return False
+        if self.control is not None:
+            self.control.close()  # from here on, a new trainer starts a sidecar of its own
+            # One that connected just before is ours to follow; lines appended from now on
+            # without a connection belong to the sidecar their trainer starts.
+            time.sleep(0.1)
+            if not self._notes.empty() or self.control.connections:
+                _log.info("otel-rollout: a run arrived as the sidecar was leaving; following it")
+                self.linger = 0.0
+                return False
+        return True
+
+    def _finish(self) -> None:
+        if self.control is not None:
+            self.control.close()
+        self.telemetry.finish("sidecar.stopped")
+        self._stop_prometheus()
+        self._follower.close()
+
+
+def _before(lines: list[bytes], start: int, stop: int) -> list[bytes]:
+    """The lines (the first at byte ``start``) that begin before byte ``stop``."""
+    kept = []
+    for line in lines:
+        if start >= stop:
+            break
+        kept.append(line)
+        start += len(line) + 1
+    return kept
+
+
+def handle_signals(sidecar: Sidecar) -> None:
+    """SIGTERM and SIGINT finish the export instead of killing it."""
+
+    def stop(signum: int, frame: Any) -> None:
+        sidecar.stop()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(ValueError):  # not the main thread: the caller stops us
+            signal.signal(sig, stop)

@@ -1,0 +1,80 @@
+"""``python -m otel_rollout.sidecar LOG``: the export sidecar a trace starts (see the package)."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import logging
+import os
+import sys
+
+from .link import decode_settings
+
+NICENESS = 10
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m otel_rollout.sidecar",
+        description="Follow a rollout trace and export its spans and metrics (started by "
+        "RolloutTrace; by hand, use 'otel-rollout export FILE --follow').",
+    )
+    parser.add_argument("file")
+    parser.add_argument("--offset", type=int, default=0, help="byte to start reading at")
+    parser.add_argument("--linger", type=float, default=None, help="seconds to stay after")
+    parser.add_argument("--settings", required=True, help="OpenTelemetry settings as JSON")
+    parser.add_argument("--ready-fd", type=int, help="write one status line here, then close")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        format="%(asctime)s otel-rollout sidecar[%(process)d]: %(levelname)s: %(message)s",
+        level=logging.INFO,
+    )
+    ready = os.fdopen(args.ready_fd, "w") if args.ready_fd is not None else None
+
+    def status(line: str) -> None:
+        if ready is not None:
+            ready.write(line + "\n")
+            ready.close()
+
+    from . import Sidecar, handle_signals
+
+    # A helper of the trainer's: when the two compete for a core, the trainer goes first
+    # (the log is the buffer, so a sidecar that falls behind catches up and loses nothing).
+    os.nice(NICENESS)
+
+    try:
+        sidecar = Sidecar(
+            args.file,
+            decode_settings(args.settings),
+            offset=args.offset,
+            linger=args.linger,
+            hand_over=True,
+        )
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:  # EADDRINUSE: another sidecar follows it
+            status("busy")
+            return 0
+        status(f"error: {exc}")
+        return 2
+    except Exception as exc:  # a bad endpoint or protocol: say it in one line
+        status(f"error: {type(exc).__name__}: {exc}")
+        return 2
+    handle_signals(sidecar)
+    logging.getLogger("otel_rollout").info(
+        "following %s from byte %d for the trainers that write it", args.file, args.offset
+    )
+    status("ready" + "".join(f"; {problem}" for problem in sidecar.problems))
+    sidecar.run()
+    t = sidecar.telemetry
+    logging.getLogger("otel_rollout").info(
+        "done: %d events, %d spans made, %d sent, %d not accepted",
+        t.events,
+        t.spans_made,
+        t.spans_sent,
+        t.spans_failed,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

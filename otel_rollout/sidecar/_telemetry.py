@@ -1,0 +1,290 @@
+"""Spans and metrics made from a file's events, for every run in it, outside the trainer.
+
+The same :class:`~otel_rollout.spans.SpanBuilder` and
+:class:`~otel_rollout.metrics.MetricsExporter` as the in-process pipeline, so
+a span or a gauge made here equals one made live.  What differs is where the
+work happens and how spans leave: no SDK batch queue that drops when full, but
+a :class:`SpanShipper` whose bounded hand-off blocks the file reader instead.
+The file is the buffer; a slow collector makes the sidecar lag, never lose.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from queue import Queue
+from typing import Any
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
+
+from .. import _providers
+from ..batch_age import LiveBatchAge
+from ..metrics import MetricsExporter
+from ..otel import OtelSettings
+from ..spans import SpanBuilder
+from . import _otlp
+
+__all__ = ["CollectingProcessor", "SpanShipper", "Telemetry"]
+
+_log = logging.getLogger("otel_rollout")
+
+#: Spans per export request: the SDK's default batch.  The sidecar's encoding competes
+#: with nothing of the trainer's, so there is no reason for the live path's 128.
+EXPORT_BATCH = 512
+#: Batches waiting for the exporter thread before the file reader waits for it.
+_QUEUED_BATCHES = 64
+
+
+class CollectingProcessor(SpanProcessor):
+    """Keeps ended spans until the sidecar's loop takes them: no timer, no queue to overflow."""
+
+    def __init__(self) -> None:
+        self._ended: list[Any] = []
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        pass
+
+    def on_end(self, span: Any) -> None:  # a ReadableSpan, or a LightSpan
+        self._ended.append(span)
+
+    def take(self) -> list[Any]:
+        """The spans ended since the last call."""
+        spans, self._ended = self._ended, []
+        return spans
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return True
+
+
+class SpanShipper:
+    """Exports spans on its own thread, ``EXPORT_BATCH`` at a time, counting every result.
+
+    :meth:`submit` blocks while ``_QUEUED_BATCHES`` batches wait, so memory is
+    bounded and nothing is dropped: the caller (the file reader) slows down.
+    """
+
+    def __init__(
+        self, exporter: SpanExporter, encode: Callable[[list[Any]], Any] | None = None
+    ) -> None:
+        self.counting = _providers.CountingSpanExporter(exporter)
+        self._encode = encode  # spans → what the exporter takes (an EncodedBatch), if not SDK spans
+        self._queue: Queue[Any] = Queue(maxsize=_QUEUED_BATCHES)
+        self._thread = threading.Thread(target=self._run, name="otel-rollout-ship", daemon=True)
+        self._thread.start()
+
+    @property
+    def sent(self) -> int:
+        return self.counting.exported
+
+    @property
+    def failed(self) -> int:
+        return self.counting.failed
+
+    def submit(self, spans: list[ReadableSpan]) -> None:
+        for i in range(0, len(spans), EXPORT_BATCH):
+            self._queue.put(spans[i : i + EXPORT_BATCH])
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every span submitted before this call has been exported (or refused)."""
+        done = threading.Event()
+        self._queue.put(done)
+        return done.wait(timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        self.flush(timeout)
+        self._queue.put(None)
+        self._thread.join(timeout)
+        self.counting.shutdown()
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
+            self.counting.export(self._encode(item) if self._encode is not None else item)
+
+
+@dataclass
+class _Run:
+    """One run's providers and state."""
+
+    run_id: str
+    tracer_provider: TracerProvider | None = None
+    tracer: Any = None
+    meter_provider: MeterProvider | None = None
+    metrics: MetricsExporter | None = None
+    prometheus: bool = False  # this run's metrics are the ones the scrape endpoint serves
+    ended: bool = False
+    start: dict[str, Any] = field(default_factory=dict)  # its run.start event, once seen
+
+
+class Telemetry:
+    """Spans and metrics for every run of a file, as ``chosen`` asks.
+
+    ``prometheus_registry`` (a ``prometheus_client.CollectorRegistry`` being
+    served) receives the metrics of one run at a time: the newest, once the
+    one before it has ended, so a scrape never sees two runs' series at once
+    and the endpoint keeps serving the last run's values after it stops.
+    """
+
+    def __init__(
+        self, chosen: OtelSettings, prometheus_registry: Any = None, *, end_other_runs: bool = False
+    ) -> None:
+        self.chosen = chosen
+        self.runs: dict[str, _Run] = {}
+        self.events = 0
+        self._registry = prometheus_registry
+        self._live_age = LiveBatchAge()  # shared: a resumed run trains groups sealed before
+        self._processor = CollectingProcessor()
+        self.shipper: SpanShipper | None = None
+        self.builder: SpanBuilder | None = None
+        #: OTLP spans are LightSpans encoded by hand (_otlp.py); the console gets SDK spans.
+        self._light = chosen.traces == "otlp"
+        if chosen.traces != "none":
+            if self._light:
+                exporter = _providers.otlp_span_exporter(chosen)
+                _otlp.send_pre_encoded(sys.modules[type(exporter).__module__])
+                self.shipper = SpanShipper(
+                    exporter, lambda spans: _otlp.EncodedBatch(spans, _providers.SCOPE)
+                )
+            else:
+                self.shipper = SpanShipper(ConsoleSpanExporter())
+            self.builder = SpanBuilder(self._tracer_for, end_other_runs=end_other_runs)
+        self._wants_metrics = bool(chosen.metrics)
+
+    # Runs.
+
+    def _run(self, run_id: str) -> _Run:
+        run = self.runs.get(run_id)
+        if run is None:
+            run = self.runs[run_id] = _Run(run_id)
+        return run
+
+    def _tracer_for(self, run_id: str) -> Any:
+        run = self.runs.get(run_id)
+        if run is not None and run.tracer is not None:
+            return run.tracer  # get_tracer compares scopes each call: a quarter of the work
+        run = self._run(run_id)
+        resource = _providers.resource(run_id, self.chosen)
+        if self._light:
+            run.tracer = _otlp.LightTracer(dict(resource.attributes), self._processor.on_end)
+        else:
+            run.tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+            run.tracer_provider.add_span_processor(self._processor)
+            run.tracer = run.tracer_provider.get_tracer(_providers.SCOPE)
+        return run.tracer
+
+    def _metrics_for(self, run: _Run) -> MetricsExporter:
+        if run.metrics is None:
+            readers: list[MetricReader] = _providers.push_metric_readers(self.chosen)
+            if self._registry is not None and self._take_prometheus(run):
+                from opentelemetry.exporter.prometheus import PrometheusMetricReader
+
+                readers.append(PrometheusMetricReader(registry=self._registry))
+            run.meter_provider = _providers.meter_provider(run.run_id, self.chosen, readers)
+            meter = run.meter_provider.get_meter(_providers.SCOPE)
+            run.metrics = MetricsExporter(meter, live=self._live_age)
+        return run.metrics
+
+    def _take_prometheus(self, run: _Run) -> bool:
+        """Give ``run`` the scrape endpoint, unless a run still alive holds it."""
+        holder = next((r for r in self.runs.values() if r.prometheus), None)
+        if holder is not None:
+            if not holder.ended:
+                return False
+            self._retire(holder)
+        run.prometheus = True
+        return True
+
+    def _retire(self, run: _Run) -> None:
+        """Shut an ended run's meter provider down (a last push; off the scrape endpoint)."""
+        if run.meter_provider is not None:
+            run.meter_provider.shutdown()
+        run.meter_provider, run.metrics, run.prometheus = None, None, False
+
+    # Events in.
+
+    def export(self, events: Sequence[dict[str, Any]]) -> None:
+        """Make the spans and metric updates of ``events`` (one run's or many, in file order)."""
+        self.events += len(events)
+        for event in events:
+            if event.get("event") == "run.start" and event.get("run_id").__class__ is str:
+                self._run(event["run_id"]).start = event
+        if self.builder is not None:
+            self.builder.export(events)
+        if self._wants_metrics:
+            i, n = 0, len(events)
+            while i < n:  # one export call per stretch of one run's events
+                run_id = events[i].get("run_id")
+                j = i + 1
+                while j < n and events[j].get("run_id") == run_id:
+                    j += 1
+                run = self._run(run_id) if run_id.__class__ is str else None
+                if run is not None and not run.ended:
+                    self._metrics_for(run).export(events[i:j])
+                i = j
+        self.ship()
+
+    def ship(self) -> None:
+        """Hand the spans ended so far to the exporter thread."""
+        if self.shipper is not None:
+            spans = self._processor.take()
+            if spans:
+                self.shipper.submit(spans)
+
+    def end_run(self, run_id: str, reason: str) -> None:
+        """End what ``run_id`` left open (``rollout.ended_by=reason``) and push its metrics."""
+        run = self._run(run_id)
+        if run.ended:
+            return
+        run.ended = True
+        if self.builder is not None:
+            self.builder.end_open_spans(reason=reason, run_id=run_id)
+            self.ship()
+        run.tracer_provider = run.tracer = None  # spans all ended; a late event makes a new one
+        if run.meter_provider is not None:
+            if run.prometheus:
+                run.meter_provider.force_flush()  # keep serving its last values
+            else:
+                self._retire(run)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every span made so far has been exported (or refused)."""
+        self.ship()
+        return self.shipper.flush(timeout) if self.shipper is not None else True
+
+    def open_runs(self) -> list[str]:
+        return [r.run_id for r in self.runs.values() if not r.ended]
+
+    def finish(self, reason: str, timeout: float | None = None) -> None:
+        """End every run still open, export everything, shut every provider down."""
+        for run_id in self.open_runs():
+            self.end_run(run_id, reason)
+        if self.shipper is not None:
+            self.shipper.close(timeout)
+        for run in self.runs.values():
+            self._retire(run)
+
+    # Counts.
+
+    @property
+    def spans_made(self) -> int:
+        return self.builder.spans_started if self.builder is not None else 0
+
+    @property
+    def spans_sent(self) -> int:
+        return self.shipper.sent if self.shipper is not None else 0
+
+    @property
+    def spans_failed(self) -> int:
+        return self.shipper.failed if self.shipper is not None else 0

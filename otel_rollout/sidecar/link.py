@@ -1,0 +1,268 @@
+"""The trainer's side of the sidecar: find the one following the log, or start it.
+
+:class:`SidecarLink` works on a thread of its own, so opening a trace never
+waits for an interpreter to start: the sidecar reads the log from the offset
+where this run's lines begin, so nothing written meanwhile is missed.  The
+sidecar is a fresh interpreter (``python -m otel_rollout.sidecar``), never a
+fork of a process that may hold CUDA or NCCL state, in a session of its own
+(a Ctrl-C of the trainer does not stop it from exporting what is left).  Its
+own messages go to ``<log>.sidecar.log``, so that no pipe a caller reads
+stays open after the trainer exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ..otel import OtelSettings
+from ._control import connect, receive, send
+
+__all__ = ["SidecarLink", "decode_settings", "encode_settings", "sidecar_log"]
+
+_log = logging.getLogger("otel_rollout")
+
+#: Seconds a new sidecar may take to say it is ready (an interpreter and the SDK, on a
+#: loaded machine); the trainer never waits for this, only its close does.
+START_TIMEOUT = 30.0
+_REPLY_TIMEOUT = 10.0
+_HELLO_TIMEOUT = 2.0
+
+_SENT = ("traces", "endpoint", "protocol", "prometheus_host", "prometheus_port", "service_name")
+
+
+def encode_settings(chosen: OtelSettings) -> str:
+    """``chosen`` as JSON for the sidecar's command line (providers cannot cross processes)."""
+    fields: dict[str, Any] = {name: getattr(chosen, name) for name in _SENT}
+    fields["metrics"] = sorted(chosen.metrics)
+    fields["resource_attributes"] = {
+        str(k): v if isinstance(v, (str, int, float, bool)) else str(v)
+        for k, v in dict(chosen.resource_attributes).items()
+    }
+    return orjson.dumps(fields).decode()
+
+
+def decode_settings(text: str) -> OtelSettings:
+    fields = orjson.loads(text)
+    fields["metrics"] = frozenset(fields.get("metrics", ()))
+    return OtelSettings(**fields)
+
+
+def sidecar_log(path: Path) -> Path:
+    """Where the sidecar following ``path`` writes its own messages."""
+    return path.with_name(path.name + ".sidecar.log")
+
+
+class SidecarLink:
+    """Attaches run ``run_id`` (whose lines start at byte ``offset`` of ``path``) to the sidecar."""
+
+    def __init__(
+        self, path: Path, run_id: str, chosen: OtelSettings, offset: int, linger: float
+    ) -> None:
+        self.path = path
+        self.run_id = run_id
+        self.chosen = chosen
+        self.offset = offset
+        self.linger = linger
+        #: The sidecar's counts when it answered this run's close (spans made, sent, failed).
+        self.counts: dict[str, Any] = {}
+        self.sidecar_pid: int | None = None
+        self._sock: socket.socket | None = None
+        self._stream: Any = None
+        self._thread: threading.Thread | None = None
+        # A sidecar already following the file is asked now, before this run writes a line,
+        # so that one set up otherwise can stop short of our lines (a few ms; a sidecar busy
+        # exporting may take up to _HELLO_TIMEOUT).  Starting a new one is left to a thread.
+        try:
+            if self._hello(connect(self.path, _HELLO_TIMEOUT)):
+                return
+        except Exception:
+            _log.exception("otel-rollout: asking the export sidecar failed")
+        self._thread = threading.Thread(
+            target=self._attach, name="otel-rollout-sidecar-link", daemon=True
+        )
+        self._thread.start()
+
+    # Attaching, on the link's thread.
+
+    def _attach(self) -> None:
+        try:
+            for attempt in range(3):  # a sidecar leaving as we arrive: start another
+                if attempt and self._hello(connect(self.path, _REPLY_TIMEOUT)):
+                    return
+                status = self._spawn()
+                if status.startswith("error"):
+                    _log.error(
+                        "otel-rollout: the export sidecar could not start (%s); spans and "
+                        "metrics are off for this run, the log is written as usual",
+                        status.removeprefix("error: "),
+                    )
+                    return
+                if status.startswith("ready; "):
+                    _log.warning("otel-rollout: export sidecar: %s", status.removeprefix("ready; "))
+                if self._hello(self._connect_until(time.monotonic() + START_TIMEOUT)):
+                    return
+            _log.error("otel-rollout: no export sidecar answered; spans and metrics are off")
+        except Exception:  # never let the link hurt the trainer
+            _log.exception("otel-rollout: attaching to the export sidecar failed")
+
+    def _connect_until(self, deadline: float) -> socket.socket | None:
+        while time.monotonic() < deadline:
+            sock = connect(self.path, _REPLY_TIMEOUT)
+            if sock is not None:
+                return sock
+            time.sleep(0.02)
+        return None
+
+    def _hello(self, sock: socket.socket | None) -> bool:
+        if sock is None:
+            return False
+        stream = sock.makefile("rb")
+        message = {"op": "hello", "run_id": self.run_id, "pid": os.getpid()}
+        reply = receive(stream) if send(sock, message) else None
+        if reply is None or reply.get("op") != "ok":
+            stream.close()
+            sock.close()
+            return False
+        from . import settings_key
+
+        if reply.get("settings") != settings_key(self.chosen):
+            # Another run's sidecar, set up otherwise: ask for the file from our lines on.
+            answer = (
+                receive(stream) if send(sock, {"op": "handover", "offset": self.offset}) else None
+            )
+            if answer is None or answer.get("op") == "handed":
+                stream.close()
+                sock.close()
+                return False  # the caller starts a sidecar with our settings
+            _log.warning(
+                "otel-rollout: the sidecar exporting %s (pid %s) was started with other "
+                "OpenTelemetry settings and is still in use; this run's spans and metrics go "
+                "where it sends them",
+                self.path,
+                reply.get("pid"),
+            )
+        self.sidecar_pid = reply.get("pid")
+        self._sock, self._stream = sock, stream
+        return True
+
+    def _spawn(self) -> str:
+        """Start a sidecar; its first word: ``ready``, ``busy`` (another won) or ``error: …``."""
+        read_end, write_end = os.pipe()
+        command = [
+            sys.executable,
+            "-m",
+            "otel_rollout.sidecar",
+            str(self.path),
+            "--offset",
+            str(self.offset),
+            "--linger",
+            str(self.linger),
+            "--settings",
+            encode_settings(self.chosen),
+            "--ready-fd",
+            str(write_end),
+        ]
+        try:
+            with open(sidecar_log(self.path), "ab") as log:
+                process = subprocess.Popen(
+                    command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    pass_fds=(write_end,),
+                    start_new_session=True,
+                )
+        except OSError as exc:
+            os.close(read_end)
+            return f"error: {exc}"
+        finally:
+            os.close(write_end)
+        try:
+            status = _read_status(read_end, START_TIMEOUT)
+        finally:
+            os.close(read_end)
+        if not status:
+            code = process.poll()
+            where = sidecar_log(self.path)
+            if code is None:
+                return f"error: it did not answer within {START_TIMEOUT:.0f}s (see {where})"
+            return f"error: it exited with code {code} (see {where})"
+        return status
+
+    # The trainer's calls.
+
+    def close(self, offset: int, timeout: float) -> bool:
+        """Tell the sidecar the run ended cleanly at ``offset``; wait (at most ``timeout``
+        seconds) until it has exported everything up to there.  True if it answered."""
+        deadline = time.monotonic() + timeout
+        if self._thread is not None:
+            self._thread.join(timeout)
+        sock = self._sock
+        if sock is None:
+            return False
+        try:
+            sock.settimeout(max(deadline - time.monotonic(), 0.01))
+            if not send(sock, {"op": "close", "run_id": self.run_id, "offset": offset}):
+                return False
+            reply = receive(self._stream)
+            if reply is None or reply.get("op") != "closed":
+                _log.warning(
+                    "otel-rollout: the sidecar had not exported everything within %.1fs "
+                    "(OTEL_ROLLOUT_CLOSE_TIMEOUT); it goes on in the background",
+                    timeout,
+                )
+                return False
+            self.counts = {k: v for k, v in reply.items() if k not in ("op", "run_id")}
+            if self.counts.get("spans_failed"):
+                _log.warning(
+                    "otel-rollout: spans could not be exported: %s of the sidecar's %s were not "
+                    "accepted (its log: %s)",
+                    self.counts["spans_failed"],
+                    self.counts.get("spans_made"),
+                    sidecar_log(self.path),
+                )
+            return True
+        finally:
+            self._drop()
+
+    def abandon_in_child(self) -> None:
+        """After ``fork``: close the child's copy of the parent's connection (no word is sent:
+        it stays the parent's, and the parent's death still closes it); the child attaches
+        its own run with a link of its own."""
+        self._drop()
+
+    def _drop(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+        if self._sock is not None:
+            self._sock.close()
+        self._sock = self._stream = None
+
+
+def _read_status(fd: int, timeout: float) -> str:
+    """The sidecar's one status line from its ready pipe ('' if it closed it or timed out)."""
+    deadline = time.monotonic() + timeout
+    data = b""
+    while b"\n" not in data:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return ""
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            return ""
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        data += chunk
+    return data.split(b"\n", 1)[0].decode("utf-8", "replace").strip()
