@@ -122,7 +122,9 @@ def otlp(kind: str) -> Callable[[Path], Stage]:
             server = OtlpReceiver("grpc", keep=False, fail=True)
         elif kind == "slow":
             server = OtlpReceiver("grpc", keep=False, delay=1.0)
-        stage = Stage(tmp / f"otlp-{kind}.jsonl", options={"endpoint": server.endpoint})
+        # In-process: these rows account for every span the trainer's own pipeline made.
+        options = {"endpoint": server.endpoint, "export_mode": "inprocess"}
+        stage = Stage(tmp / f"otlp-{kind}.jsonl", options=options)
         stage.cleanup = server.close
         return stage
 
@@ -134,7 +136,7 @@ def port_taken(tmp: Path) -> Stage:
     port = blocker.getsockname()[1]
     stage = Stage(
         tmp / "prometheus.jsonl",
-        options={"metrics": {"prometheus"}, "prometheus_port": port},
+        options={"metrics": {"prometheus"}, "prometheus_port": port, "export_mode": "inprocess"},
         cleanup=blocker.close,
     )
     return stage

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import time
+import urllib.parse
+import urllib.request
 from collections.abc import Callable
 
 import pytest
@@ -34,10 +40,16 @@ def cli() -> Callable[..., subprocess.CompletedProcess[str]]:
     return run
 
 
+def clean_env(**extra: str) -> dict[str, str]:
+    """This environment without OTEL_* settings, plus ``extra``; an export sidecar started
+    under it lingers one second, not thirty, after its run (tests start many)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    return env | {"OTEL_ROLLOUT_SIDECAR_LINGER": "1"} | extra
+
+
 def metrics_env(port: int) -> dict[str, str]:
     """This environment without OTEL_* settings, serving Prometheus metrics on ``port``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    return env | {"OTEL_METRICS_EXPORTER": "prometheus", "OTEL_EXPORTER_PROMETHEUS_PORT": str(port)}
+    return clean_env(OTEL_METRICS_EXPORTER="prometheus", OTEL_EXPORTER_PROMETHEUS_PORT=str(port))
 
 
 def simulate_command(log_dir, *args: str) -> list[str]:
@@ -54,3 +66,71 @@ def start_simulation(log_dir, port: int, *args: str) -> subprocess.Popen[bytes]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+
+
+INSTALL = "apt-get install -y --no-install-recommends prometheus"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.loads(response.read())
+
+
+@pytest.fixture
+def prometheus(tmp_path):
+    """A Prometheus server scraping 127.0.0.1:<target> every second; yields (query, target)."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        message = f"the prometheus server is not installed ({INSTALL})"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    target, web = free_port(), free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        "scrape_configs:\n  - job_name: otel-rollout\n"
+        f"    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
+    )
+    server = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{web}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{web}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"{base}/-/ready", timeout=1)
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("prometheus did not become ready") from None
+                time.sleep(0.2)
+
+        # Discovery hands targets to the scraper at most every 5 s: wait until ours is active.
+        while not get(f"{base}/api/v1/targets")["data"]["activeTargets"]:
+            if time.monotonic() > deadline:
+                raise RuntimeError("prometheus never activated the scrape target")
+            time.sleep(0.2)
+
+        def query(expr: str) -> list:
+            url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+            return get(url)["data"]["result"]
+
+        yield query, target
+    finally:
+        server.terminate()
+        server.wait(10)

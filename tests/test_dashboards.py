@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from conftest import start_simulation
-from test_prometheus import prometheus, simulate  # noqa: F401 - the fixture is used by name
+from test_prometheus import simulate
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "dashboards" / "rollout.json"
@@ -74,7 +74,7 @@ class TestDashboardFile:
 
 
 class TestEveryQueryHasData:
-    def test_all_panel_and_annotation_queries(self, prometheus, tmp_path):  # noqa: F811
+    def test_all_panel_and_annotation_queries(self, prometheus, tmp_path):
         """Against a resumed simulated run scraped every second, every query of the board
         returns series, with the labels its legend uses."""
         query, port = prometheus
@@ -88,14 +88,14 @@ class TestEveryQueryHasData:
             "--steps",
             "12",
             "--speed",
-            "4",
+            "2",  # slow enough that publishes come after the export sidecar's first scrape
             "--checkpoint-every",
             "2",
             "--hold",
             "20",
         )
         try:
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 90
             while not query("rollout_step >= 11"):
                 assert time.monotonic() < deadline, "the resumed run never reached step 11"
                 time.sleep(0.5)

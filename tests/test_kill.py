@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import statistics
 
 import pytest
+from conftest import clean_env
 
 from otel_rollout.reader import read_events
 from otel_rollout.testing import OtlpReceiver, kill_loss_window
 
 KILLS = 5
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")} | extra
 
 
 class TestKillLossBound:

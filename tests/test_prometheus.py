@@ -1,27 +1,14 @@
-"""A real Prometheus server scrapes the metrics endpoint of a simulated run.
-
-The server is Debian's ``prometheus`` package (``.ci/run`` installs it), started
-here on 127.0.0.1 with a 1 s scrape interval.  Under CI a missing binary fails.
-"""
+"""A real Prometheus server (the ``prometheus`` fixture) scrapes the metrics of a simulated run."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import socket
 import subprocess
-import time
-import urllib.parse
-import urllib.request
 
-import pytest
 from conftest import metrics_env, simulate_command
 
 from otel_rollout.batch_age import batch_age_by_step
 from otel_rollout.reader import read_events
-
-INSTALL = "apt-get install -y --no-install-recommends prometheus"
 
 
 def simulate(log_dir, port: int, *args: str) -> subprocess.CompletedProcess[str]:
@@ -33,71 +20,6 @@ def simulate(log_dir, port: int, *args: str) -> subprocess.CompletedProcess[str]
         text=True,
         timeout=120,
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def get(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=5) as response:
-        return json.loads(response.read())
-
-
-@pytest.fixture
-def prometheus(tmp_path):
-    """A Prometheus server scraping 127.0.0.1:<target> every second; yields (query, target)."""
-    binary = shutil.which("prometheus")
-    if binary is None:
-        message = f"the prometheus server is not installed ({INSTALL})"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    target, web = free_port(), free_port()
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        "scrape_configs:\n  - job_name: otel-rollout\n"
-        f"    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
-    )
-    server = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{web}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{web}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"{base}/-/ready", timeout=1)
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("prometheus did not become ready") from None
-                time.sleep(0.2)
-
-        # Discovery hands targets to the scraper at most every 5 s: wait until ours is active.
-        while not get(f"{base}/api/v1/targets")["data"]["activeTargets"]:
-            if time.monotonic() > deadline:
-                raise RuntimeError("prometheus never activated the scrape target")
-            time.sleep(0.2)
-
-        def query(expr: str) -> list:
-            url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-            return get(url)["data"]["result"]
-
-        yield query, target
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 class TestPrometheusScrape:

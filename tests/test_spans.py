@@ -205,7 +205,12 @@ class TestPipelineWithSpans:
             dead = s.getsockname()[1]  # closed when the block ends: connections are refused
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
         monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
-        tr = RolloutTrace(tmp_path / "t.jsonl", endpoint=f"http://127.0.0.1:{dead}", metrics=set())
+        tr = RolloutTrace(
+            tmp_path / "t.jsonl",
+            endpoint=f"http://127.0.0.1:{dead}",
+            metrics=set(),
+            export_mode="inprocess",
+        )
         for i in range(2000):
             tr.emit("checkpoint.publish", step=i, weight_version=i)
         tr.flush()

@@ -1,0 +1,328 @@
+"""The export sidecar with real parts: trainer processes, SIGKILL, OTLP receivers, Prometheus."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import clean_env, metrics_env, simulate_command
+
+from otel_rollout.reader import read_events
+from otel_rollout.testing import OtlpReceiver
+from otel_rollout.trace import RolloutTrace
+
+ATTEMPT_ENDS = {"attempt.seal", "attempt.refuse", "attempt.abandon"}
+
+
+def span_keys(receiver: OtlpReceiver) -> Counter:
+    """Every span received, as (run, name, id, ended_by, start, end), counted."""
+    keys: Counter = Counter()
+    for resource, span in receiver.spans():
+        a = OtlpReceiver.attributes(span)
+        ident = a.get("rollout.attempt_id") or a.get("rollout.group_id") or a.get("rollout.step")
+        keys[
+            (
+                resource.get("service.instance.id"),
+                span.name,
+                ident,
+                a.get("rollout.ended_by"),
+                span.start_time_unix_nano,
+                span.end_time_unix_nano,
+            )
+        ] += 1
+    return keys
+
+
+def steps_in(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b'"train.step"')
+    except FileNotFoundError:
+        return 0
+
+
+def wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def sidecar_done(log: Path, times: int = 1) -> bool:
+    """Whether the sidecar log says ``times`` sidecars have finished."""
+    return log.exists() and log.read_text().count("INFO: done:") >= times
+
+
+def kill_after_steps(log_dir: Path, steps: int, env: dict[str, str], *args: str) -> str:
+    """Start a simulated trainer, SIGKILL it once the file holds ``steps`` steps; its run ID."""
+    trace = log_dir / "rollout_trace.jsonl"
+    before = steps_in(trace)
+    child = subprocess.Popen(simulate_command(log_dir, "--speed", "5", *args), env=env)
+    try:
+        wait_for(lambda: steps_in(trace) >= before + steps, 60, f"{steps} steps")
+        time.sleep(0.05)  # part-way into the next step
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    return [e for e in read_events(trace) if e["event"] == "run.start"][-1]["run_id"]
+
+
+class TestKill:
+    def test_a_killed_trainer_loses_no_span_the_file_can_describe(self, tmp_path, cli):
+        """A trainer with export on is SIGKILLed mid-run: within 5 s the receiver holds exactly
+        the spans that `otel-rollout export FILE` makes from the file, open ones ended
+        run.stopped at the run's last event."""
+        with OtlpReceiver("grpc") as live, OtlpReceiver("grpc") as replay:
+            env = clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=live.endpoint)
+            kill_after_steps(tmp_path, 3, env)
+            killed_at = time.monotonic()
+            trace = tmp_path / "rollout_trace.jsonl"
+            attempts = {e["attempt_id"] for e in read_events(trace) if e["event"] in ATTEMPT_ENDS}
+
+            def received() -> set:
+                spans = live.spans()
+                return {OtlpReceiver.attributes(s).get("rollout.attempt_id") for _, s in spans}
+
+            wait_for(lambda: attempts <= received(), 5, "a span for every attempt in the file")
+            assert time.monotonic() - killed_at < 5
+            wait_for(lambda: sidecar_done(Path(f"{trace}.sidecar.log")), 10, "the sidecar")
+            out = cli("export", str(trace), "--endpoint", replay.endpoint)
+            assert out.returncode == 0, out.stderr
+            got, want = span_keys(live), span_keys(replay)
+        assert got == want
+        assert any(key[3] == "run.stopped" for key in got)
+
+    def test_a_resumed_run_is_followed_by_the_same_sidecar(self, tmp_path, prometheus):
+        """Killed and resumed into the same file, both runs are exported by one sidecar, whose
+        Prometheus endpoint stays up: the step gauge goes on across the restart, and
+        target_info names the new run."""
+        query, port = prometheus
+        env = metrics_env(port) | {"OTEL_ROLLOUT_SIDECAR_LINGER": "6"}
+        first = kill_after_steps(tmp_path, 6, env, "--steps", "12")
+        time.sleep(2)  # a scrape of the stopped run's last values
+        resumed = subprocess.run(
+            simulate_command(tmp_path, "--speed", "5", "--steps", "12", "--resume", "--hold", "3"),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert resumed.returncode == 0, resumed.stderr
+        log = tmp_path / "rollout_trace.jsonl.sidecar.log"
+        wait_for(lambda: sidecar_done(log), 30, "the sidecar to finish")
+        text = log.read_text()
+        assert text.count("INFO: following") == 1  # one sidecar for both runs
+        events = list(read_events(tmp_path / "rollout_trace.jsonl"))
+        second = events[-1]["run_id"]
+        last_step = max(e["step"] for e in events if e["event"] == "train.step")
+        (up,) = query("up[3m]")
+        scrapes = [(float(ts), v) for ts, v in up["values"]]
+        since = next(ts for ts, v in scrapes if v == "1")  # the sidecar is serving
+        until = events[-1]["t"]  # the resumed run's end
+        kill_time = next(
+            e["t"] for e in events if e["event"] == "run.start" and e["run_id"] == second
+        )
+        assert any(since < ts < kill_time for ts, _ in scrapes)
+        assert all(v == "1" for ts, v in scrapes if since <= ts <= until)  # never vanished
+        runs = {r["metric"]["service_instance_id"] for r in query("target_info[2m]")}
+        assert runs == {first, second}
+        (step,) = query("last_over_time(rollout_step[2m])")
+        assert float(step["value"][1]) == last_step
+        (series,) = query("rollout_step[2m]")
+        values = [float(v) for _, v in series["values"]]
+        assert values[-1] == last_step and min(values) < last_step  # one series, both runs
+
+    def test_a_short_script_has_its_spans_delivered_before_it_exits(self, tmp_path):
+        """A script that emits and exits (close at exit) finds every span at the receiver the
+        moment it has exited, open ones ended trace.close."""
+        script = (
+            "import sys\nfrom otel_rollout.trace import RolloutTrace\n"
+            "t = RolloutTrace(sys.argv[1])\n"
+            "for i in range(50):\n"
+            "    ids = dict(group_id=f'g{i}', prompt_id=i)\n"
+            "    t.emit('group.reserve', size=1, weight_version=0, epoch=0, **ids)\n"
+            "    t.emit('attempt.dispatch', attempt_id=f'a{i}', generation_index=0,"
+            " weight_version=0, epoch=0, **ids)\n"
+        )
+        with OtlpReceiver("http/protobuf") as rx:
+            env = clean_env(
+                OTEL_EXPORTER_OTLP_ENDPOINT=rx.endpoint,
+                OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+            )
+            done = subprocess.run(
+                [sys.executable, "-c", script, str(tmp_path / "t.jsonl")],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert done.returncode == 0, done.stderr
+            spans = rx.spans()
+        assert len(spans) == 100
+        assert {OtlpReceiver.attributes(s)["rollout.ended_by"] for _, s in spans} == {"trace.close"}
+
+
+class TestWhereSpansAreMade:
+    def test_export_on_writes_only_the_log_in_the_trainer(self, tmp_path, monkeypatch):
+        """With an endpoint set, the trainer's pipeline has only the log; a sidecar process
+        attaches and reports the run's spans at close."""
+        monkeypatch.setenv("OTEL_ROLLOUT_SIDECAR_LINGER", "0")
+        with OtlpReceiver("grpc") as rx:
+            tr = RolloutTrace(tmp_path, endpoint=rx.endpoint)
+            assert len(tr._pipeline._exporters) == 1  # type: ignore[union-attr]
+            tr.emit("group.reserve", group_id="g", prompt_id=1, size=1, weight_version=0)
+            tr.close()
+            assert tr.sidecar_counts["spans_sent"] == 1
+            assert len(rx.spans()) == 1
+
+    def test_inprocess_mode_and_own_providers_keep_the_old_pipeline(self, tmp_path, monkeypatch):
+        """OTEL_ROLLOUT_EXPORT_MODE=inprocess, export_mode= or a provider of the caller's
+        builds spans in the trainer, and no sidecar is started."""
+        from opentelemetry.sdk.trace import TracerProvider
+
+        monkeypatch.setenv("OTEL_ROLLOUT_EXPORT_MODE", "inprocess")
+        with OtlpReceiver("grpc") as rx:
+            a = RolloutTrace(tmp_path / "a.jsonl", endpoint=rx.endpoint)
+            monkeypatch.delenv("OTEL_ROLLOUT_EXPORT_MODE")
+            b = RolloutTrace(tmp_path / "b.jsonl", endpoint=rx.endpoint, export_mode="inprocess")
+            c = RolloutTrace(tmp_path / "c.jsonl", tracer_provider=TracerProvider())
+            for tr in (a, b, c):
+                assert len(tr._pipeline._exporters) > 1  # type: ignore[union-attr]
+                tr.close()
+        assert not list(tmp_path.glob("*.sidecar.log"))
+        with pytest.raises(ValueError, match="export_mode"):
+            RolloutTrace(tmp_path / "d.jsonl", endpoint=rx.endpoint, export_mode="in-process")
+
+    def test_export_off_starts_nothing(self, tmp_path, monkeypatch):
+        """Without export settings no sidecar is started and no socket is opened."""
+        for name in [k for k in os.environ if k.startswith("OTEL_")]:
+            monkeypatch.delenv(name)
+        tr = RolloutTrace(tmp_path)
+        tr.emit("x")
+        tr.close()
+        assert tr._sidecar is None and not list(tmp_path.glob("*.sidecar.log"))
+
+    def test_two_traces_on_one_file_share_one_sidecar(self, tmp_path, monkeypatch):
+        """A second trace appending to the same log attaches to the sidecar already there."""
+        monkeypatch.setenv("OTEL_ROLLOUT_SIDECAR_LINGER", "0")
+        with OtlpReceiver("grpc") as rx:
+            a = RolloutTrace(tmp_path, endpoint=rx.endpoint)
+            a.emit("group.reserve", group_id="a", prompt_id=1, size=1, weight_version=0)
+            a.flush()
+            wait_for(lambda: a._sidecar.sidecar_pid is not None, 30, "the sidecar")  # type: ignore[union-attr]
+            b = RolloutTrace(tmp_path, endpoint=rx.endpoint)
+            b.emit("group.reserve", group_id="b", prompt_id=2, size=1, weight_version=0)
+            pids = {a._sidecar.sidecar_pid}  # type: ignore[union-attr]
+            wait_for(lambda: b._sidecar.sidecar_pid is not None, 30, "the second link")  # type: ignore[union-attr]
+            pids.add(b._sidecar.sidecar_pid)  # type: ignore[union-attr]
+            b.close()
+            a.close()
+            assert len(pids) == 1
+            assert {OtlpReceiver.attributes(s)["rollout.group_id"] for _, s in rx.spans()} == {
+                "a",
+                "b",
+            }
+
+
+    def test_a_run_with_other_settings_takes_over_an_idle_sidecar(self, tmp_path, monkeypatch):
+        """A sidecar lingering after its run hands the file over to a trainer pointed at
+        another collector: each collector gets its own run's spans, and the old one exits."""
+        monkeypatch.setenv("OTEL_ROLLOUT_SIDECAR_LINGER", "30")
+        with OtlpReceiver("grpc") as old, OtlpReceiver("grpc") as new:
+            a = RolloutTrace(tmp_path, endpoint=old.endpoint)
+            a.emit("group.reserve", group_id="a", prompt_id=1, size=1, weight_version=0)
+            a.close()
+            monkeypatch.setenv("OTEL_ROLLOUT_SIDECAR_LINGER", "0")
+            b = RolloutTrace(tmp_path, endpoint=new.endpoint)
+            b.emit("group.reserve", group_id="b", prompt_id=2, size=1, weight_version=0)
+            b.close()
+            assert a.sidecar_counts and b.sidecar_counts
+            groups = [
+                {OtlpReceiver.attributes(s)["rollout.group_id"] for _, s in rx.spans()}
+                for rx in (old, new)
+            ]
+        assert groups == [{"a"}, {"b"}]
+        log = tmp_path / "rollout_trace.jsonl.sidecar.log"
+        wait_for(lambda: sidecar_done(log, times=2), 10, "both sidecars to finish")
+        assert "takes the file over" in log.read_text()
+
+
+class TestSidecarFaults:
+    def test_a_sidecar_that_cannot_start_leaves_the_log_whole(self, tmp_path):
+        """An endpoint the exporter cannot parse: the trainer logs one clear line and writes
+        every event of its log."""
+        script = (
+            "import sys\nfrom otel_rollout.trace import RolloutTrace\n"
+            "t = RolloutTrace(sys.argv[1])\n"
+            "for i in range(1000):\n    t.emit('tick', i=i)\nt.close()\n"
+        )
+        path = tmp_path / "t.jsonl"
+        done = subprocess.run(
+            [sys.executable, "-c", script, str(path)],
+            env=clean_env(OTEL_EXPORTER_OTLP_ENDPOINT="http://[bad"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and "export sidecar could not start" in lines[0], done.stderr
+        assert "Invalid IPv6 URL" in lines[0]
+        ticks = [e["i"] for e in read_events(path) if e["event"] == "tick"]
+        assert ticks == list(range(1000))
+
+    def test_a_taken_metrics_port_is_logged_by_the_trainer(self, tmp_path):
+        """The sidecar cannot bind the Prometheus port: the trainer says so in one line and
+        its log is whole."""
+        import socket
+
+        with socket.socket() as busy:
+            busy.bind(("127.0.0.1", 0))
+            busy.listen()
+            done = subprocess.run(
+                simulate_command(tmp_path, "--steps", "2", "--speed", "15"),
+                env=metrics_env(busy.getsockname()[1]),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.count("cannot serve Prometheus metrics") == 1, done.stderr
+        assert steps_in(tmp_path / "rollout_trace.jsonl") == 2
+
+
+class TestFollowCommand:
+    def test_export_follow_waits_for_the_file_and_stops_on_sigterm(self, tmp_path):
+        """`export FILE --follow` started before the file exists exports what a trainer then
+        writes, and on SIGTERM ends what is open (sidecar.stopped) and exits 0."""
+        path = tmp_path / "later.jsonl"
+        with OtlpReceiver("grpc") as rx:
+            follower = subprocess.Popen(
+                [sys.executable, "-m", "otel_rollout", "export", str(path), "--follow"],
+                env=clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=rx.endpoint),
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            time.sleep(1.0)
+            with path.open("ab") as f:
+                for i in range(3):
+                    f.write(
+                        b'{"t": 1.0, "run_id": "r", "event": "attempt.dispatch", '
+                        b'"attempt_id": "a%d", "group_id": "g"}\n' % i
+                    )
+                f.write(b'{"t": 2.0, "run_id": "r", "event": "attempt.seal", "attempt_id": "a0"')
+            time.sleep(1.0)
+            follower.send_signal(signal.SIGTERM)
+            _, err = follower.communicate(timeout=30)
+            assert follower.returncode == 0, err
+            ended = Counter(
+                OtlpReceiver.attributes(s).get("rollout.ended_by") for _, s in rx.spans()
+            )
+        assert ended == {"sidecar.stopped": 3}
+        assert "3 events from 1 runs" in err
