@@ -6,8 +6,11 @@
 Figures: emit cost on the caller's thread (median ns/event while the writer
 drains), drain throughput (events/s, emit N then flush), emit-to-file latency
 p50/p99 at 1k and 10k events/s (tailed by a separate process), reader
-throughput on a synthetic multi-run trace (lines/s), and the peak memory of
-``batch_age_by_step`` on it (a fresh process, RSS above its baseline).
+throughput on a synthetic multi-run trace (lines/s), the peak memory of
+``batch_age_by_step`` on it (a fresh process, RSS above its baseline), and
+(``controller.py``) what a Python controller keeps of its throughput with the
+log only, in-process export and the export sidecar, with the sidecar's lag,
+CPU and memory, and how soon a killed trainer's spans all arrive.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import controller  # noqa: E402
 import measure  # noqa: E402
 import with_otel  # noqa: E402
 from yardstick import PlainWriter, plain_read  # noqa: E402
@@ -122,8 +126,9 @@ def kill_windows(tmp: Path, kills: int, endpoint: str) -> dict[str, float]:
     cases: dict[str, dict[str, Any]] = {
         "yardstick": {"writer": _YARDSTICK_WRITER, "env": clean},
         "otel-rollout": {"env": clean},
-        "otel-rollout + spans + metrics": {
-            "env": clean | {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
+        "otel-rollout + spans + metrics": {  # the export sidecar, as the variable alone gives
+            "env": clean
+            | {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_ROLLOUT_SIDECAR_LINGER": "0"}
         },
     }
     windows: dict[str, list[float]] = {name: [] for name in cases}
@@ -213,7 +218,18 @@ def main() -> None:
         figures["reader_lines_per_s"] = reader_throughput(trace, lines)
         figures["peak_mb"], figures["baseline_mb"], steps = peak_memory(trace)
         figures["cost_peak_mb"], _, figures["boundaries"] = peak_memory(trace, "cost")
+    print("a controller's lost throughput, by export mode ...", file=sys.stderr)
+    summary = controller.summarize(controller.measure(1.0 if args.quick else 20.0))
+    summary["kill_spans_s"] = controller.kill_spans(1 if args.quick else 5)
+    figures["controller"] = summary
     _table(figures, lines, size_mb, steps)
+    print("\nA Python controller's throughput, as a share of the same loop with no trace:\n")
+    print(controller.table(summary))
+    k = summary["kill_spans_s"]
+    print(
+        f"\nkill -9 at 5,000 events/s with sidecar export: a span for every attempt in the "
+        f"file after {statistics.median(k):.2f} s (median of {len(k)}, at most {max(k):.2f} s)"
+    )
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
 
@@ -265,7 +281,7 @@ def _table(f: dict[str, Any], lines: int, size_mb: float, steps: int) -> None:
     o2 = "otel-rollout + spans + metrics"
     rows.append(
         (
-            "with OTLP spans+metrics: emit ns/event (median)",
+            "with OTLP spans+metrics in-process: emit ns/event (median)",
             f["otel_emit_ns"][y],
             f["otel_emit_ns"][o2],
             "{:,.0f}",
@@ -274,7 +290,7 @@ def _table(f: dict[str, Any], lines: int, size_mb: float, steps: int) -> None:
     )
     rows.append(
         (
-            "with OTLP spans+metrics: events/s through the pipeline",
+            "with OTLP spans+metrics in-process: events/s through the pipeline",
             f["otel_events_per_s"][y],
             f["otel_events_per_s"][o2],
             "{:,.0f}",
@@ -292,12 +308,18 @@ def _table(f: dict[str, Any], lines: int, size_mb: float, steps: int) -> None:
         )
     )
     rows.append(
-        ("kill -9 with OTLP spans+metrics on, ms (median)", kill[y], kill[o2], "{:.2f}", "lower")
+        (
+            "kill -9 with OTLP spans+metrics on (sidecar), ms (median)",
+            kill[y],
+            kill[o2],
+            "{:.2f}",
+            "lower",
+        )
     )
     lat = f["otel_latency_ms_10000"]
     rows.append(
         (
-            "with OTLP spans+metrics: emit→file p99 ms @ 10,000/s",
+            "with OTLP spans+metrics in-process: emit→file p99 ms @ 10,000/s",
             lat[y][1],
             lat[o2][1],
             "{:.2f}",

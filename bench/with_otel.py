@@ -28,6 +28,7 @@ receiver = OtlpReceiver("grpc", keep=False)
 print(receiver.endpoint, flush=True)
 sys.stdin.read()  # until the benchmark closes our stdin
 print(receiver.span_count, flush=True)
+receiver.close()  # stop the server before exit, not in the middle of interpreter shutdown
 """
 
 
@@ -91,9 +92,12 @@ class Receiver:
 
 
 def designs(endpoint: str) -> dict[str, Callable[[Path], Any]]:
+    # In-process: these rows measure the trainer's own pipeline making spans and metrics.
+    # With the sidecar (the default) the trainer's pipeline is the log alone, measured above;
+    # bench/controller.py compares the two modes as a controller feels them.
     return {
         "yardstick": PlainWriter,
         "otel-rollout + spans + metrics": lambda p: RolloutTrace(
-            p, endpoint=endpoint, metrics={"otlp"}
+            p, endpoint=endpoint, metrics={"otlp"}, export_mode="inprocess"
         ),
     }

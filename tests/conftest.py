@@ -24,6 +24,9 @@ settings.register_profile("dev", **_relaxed)
 settings.register_profile("ci", derandomize=True, **_relaxed)
 settings.load_profile("ci" if os.environ.get("CI") == "true" else "dev")
 
+# Export sidecars that tests start leave a second after their run, not thirty.
+os.environ.setdefault("OTEL_ROLLOUT_SIDECAR_LINGER", "1")
+
 
 @pytest.fixture
 def cli() -> Callable[..., subprocess.CompletedProcess[str]]:

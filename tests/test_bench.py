@@ -27,6 +27,8 @@ class TestBenchScript:
             "p99 ms @ 10,000/s",
             "batch age per step, lines/s",
             "peak memory",
+            "| events/s | JSONL only | in-process export | sidecar export |",
+            "a span for every attempt in the file after",
         ):
             assert row in proc.stdout
         assert out.exists()

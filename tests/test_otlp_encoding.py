@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -113,6 +112,5 @@ def test_any_attribute_values_encode_as_the_sdk_encodes_them(fields):
     """Strings, booleans, 64-bit integers, floats and lists of them, as attributes."""
     fields = {k: v for k, v in fields.items() if k not in ("t", "event", "run_id", "checkpoint")}
     event = {"t": 1.5, "run_id": "run-1", "event": "checkpoint.publish", **fields}
-    make: Callable[[list[dict[str, Any]]], ExportTraceServiceRequest]
     results = [described(make([event])) for make in (sdk_request, light_request)]
     assert results[0] == results[1]

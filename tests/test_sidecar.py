@@ -229,7 +229,6 @@ class TestWhereSpansAreMade:
                 "b",
             }
 
-
     def test_a_run_with_other_settings_takes_over_an_idle_sidecar(self, tmp_path, monkeypatch):
         """A sidecar lingering after its run hands the file over to a trainer pointed at
         another collector: each collector gets its own run's spans, and the old one exits."""

@@ -43,7 +43,7 @@ import orjson
 
 from ..follow import FileFollower
 from ..otel import OtelSettings
-from ._control import ControlServer, Note, send
+from ._control import ControlServer, Note, send, settings_key
 
 __all__ = ["Sidecar", "pid_alive"]
 
@@ -78,20 +78,6 @@ def pid_alive(pid: Any, started_before: float | None = None) -> bool:
     except (OSError, ValueError, IndexError, StopIteration):
         return True
     return boot + ticks / os.sysconf("SC_CLK_TCK") <= started_before + 1.0
-
-
-def settings_key(chosen: OtelSettings) -> str:
-    """A short text naming where ``chosen`` sends things, to spot a sidecar set up otherwise."""
-    fields = (
-        chosen.traces,
-        sorted(chosen.metrics),
-        chosen.endpoint,
-        chosen.protocol,
-        chosen.prometheus_host,
-        chosen.prometheus_port,
-        chosen.service_name,
-    )
-    return orjson.dumps(fields).decode()
 
 
 class Sidecar:
@@ -159,7 +145,7 @@ class Sidecar:
         self._stop.set()
 
     def run(self) -> None:
-        """Follow and export until the file ends (replay), ``linger`` runs out, or :meth:`stop`."""
+        """Follow and export until ``linger`` runs out, the file is handed over, or :meth:`stop`."""
         telemetry = self.telemetry
         quiet_since = time.monotonic()
         next_pid_check = 0.0

@@ -33,8 +33,11 @@ def main(argv: list[str] | None = None) -> int:
 
     def status(line: str) -> None:
         if ready is not None:
-            ready.write(line + "\n")
-            ready.close()
+            try:
+                ready.write(line + "\n")
+                ready.close()
+            except OSError:  # the trainer is gone already: export what it wrote all the same
+                pass
 
     from . import Sidecar, handle_signals
 

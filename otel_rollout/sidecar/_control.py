@@ -41,7 +41,9 @@ from typing import Any
 
 import orjson
 
-__all__ = ["ControlServer", "Note", "address", "connect", "receive", "send"]
+from ..otel import OtelSettings
+
+__all__ = ["ControlServer", "Note", "address", "connect", "receive", "send", "settings_key"]
 
 _log = logging.getLogger("otel_rollout")
 
@@ -111,6 +113,20 @@ def _bind(where: str) -> socket.socket:
         os.unlink(where)
         server.bind(where)
     return server
+
+
+def settings_key(chosen: OtelSettings) -> str:
+    """A short text naming where ``chosen`` sends things, to spot a sidecar set up otherwise."""
+    fields = (
+        chosen.traces,
+        sorted(chosen.metrics),
+        chosen.endpoint,
+        chosen.protocol,
+        chosen.prometheus_host,
+        chosen.prometheus_port,
+        chosen.service_name,
+    )
+    return orjson.dumps(fields).decode()
 
 
 @dataclass

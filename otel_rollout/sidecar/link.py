@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from ..otel import OtelSettings
-from ._control import connect, receive, send
+from ._control import connect, receive, send, settings_key
 
 __all__ = ["SidecarLink", "decode_settings", "encode_settings", "sidecar_log"]
 
@@ -134,8 +134,6 @@ class SidecarLink:
             stream.close()
             sock.close()
             return False
-        from . import settings_key
-
         if reply.get("settings") != settings_key(self.chosen):
             # Another run's sidecar, set up otherwise: ask for the file from our lines on.
             answer = (
