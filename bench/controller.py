@@ -287,6 +287,22 @@ def table(s: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def figures(seconds: float, kills: int) -> dict[str, Any]:
+    """Every figure of this benchmark: ``seconds`` of traced slices per mode and rate."""
+    summary = summarize(measure(seconds))
+    summary["kill_spans_s"] = kill_spans(kills)
+    return summary
+
+
+def report(summary: dict[str, Any]) -> str:
+    k = summary["kill_spans_s"]
+    return (
+        f"{table(summary)}\n\nkill -9 at 5,000 events/s with sidecar export: a span for every "
+        f"attempt in the file after {statistics.median(k):.2f} s (median of {len(k)}, at most "
+        f"{max(k):.2f} s)"
+    )
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--one":
         mode, rate, seconds, endpoint, tmp = sys.argv[2:7]
@@ -299,15 +315,8 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
-    raw = measure(4.0 if args.quick else args.seconds)
-    summary = summarize(raw)
-    summary["kill_spans_s"] = kill_spans(2 if args.quick else 5)
-    print(table(summary))
-    k = summary["kill_spans_s"]
-    print(
-        f"\nkill -9 at 5,000 events/s, sidecar export: a span for every attempt in the file "
-        f"after {statistics.median(k):.2f} s (median of {len(k)}; at most {max(k):.2f} s)"
-    )
+    summary = figures(4.0 if args.quick else args.seconds, 2 if args.quick else 5)
+    print(report(summary))
     if args.json:
         args.json.write_text(json.dumps(summary, indent=2))
 

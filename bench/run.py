@@ -219,17 +219,10 @@ def main() -> None:
         figures["peak_mb"], figures["baseline_mb"], steps = peak_memory(trace)
         figures["cost_peak_mb"], _, figures["boundaries"] = peak_memory(trace, "cost")
     print("a controller's lost throughput, by export mode ...", file=sys.stderr)
-    summary = controller.summarize(controller.measure(1.0 if args.quick else 20.0))
-    summary["kill_spans_s"] = controller.kill_spans(1 if args.quick else 5)
-    figures["controller"] = summary
+    figures["controller"] = controller.figures(1.0 if args.quick else 20.0, 1 if args.quick else 5)
     _table(figures, lines, size_mb, steps)
     print("\nA Python controller's throughput, as a share of the same loop with no trace:\n")
-    print(controller.table(summary))
-    k = summary["kill_spans_s"]
-    print(
-        f"\nkill -9 at 5,000 events/s with sidecar export: a span for every attempt in the "
-        f"file after {statistics.median(k):.2f} s (median of {len(k)}, at most {max(k):.2f} s)"
-    )
+    print(controller.report(figures["controller"]))
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
 
