@@ -7,8 +7,9 @@ run did with the interrupted rollouts (matched by ``epoch``, ``prompt_id``,
 ``generation_index``: resumed from a snapshot, re-dispatched from scratch, or
 never run again), the steps trained again and how long the new run took to
 get back, and batch age before and after.  A whole-file summary adds where
-generated tokens went.  Memory is bounded by the work in flight and the steps
-kept for the before/after windows, not by the size of the file.
+generated tokens went: a ledger that puts every logged token in exactly one
+bucket.  Memory is the work in flight, the steps kept for the before/after
+windows and one small record per group and per step, not the file.
 """
 
 from __future__ import annotations
@@ -72,26 +73,70 @@ class Boundary:
         return {k: v for k, v in asdict(self).items() if not k.startswith("_")}
 
 
+#: The wasted buckets of the ledger that are not by reason (abandoned and discarded are).
+LOST_AT_STOP = "lost at a stop"
+ROLLED_BACK = "trained by a step a restore redid"
+
+
 @dataclass
 class CostReport:
-    """Every boundary and a whole-file summary of where generated tokens went."""
+    """Every boundary and a whole-file ledger of where generated tokens went.
+
+    The ledger puts every logged token (of a sealed or abandoned attempt) in
+    exactly one bucket, so ``tokens_generated == tokens_trained +
+    sum(waste.values()) + tokens_pending`` always.
+    """
 
     runs: list[str] = field(default_factory=list)
     boundaries: list[Boundary] = field(default_factory=list)
     tokens_generated: int = 0
     tokens_trained: int = 0
+    tokens_pending: int = 0
     steps: int = 0
     waste: dict[str, int] = field(default_factory=dict)
     refused_attempts: int = 0
+
+    @property
+    def ledger(self) -> dict[str, Any]:
+        """``{"generated", "trained", "wasted": {cause: n}, "pending"}``: they balance."""
+        return {
+            "generated": self.tokens_generated,
+            "trained": self.tokens_trained,
+            "wasted": dict(sorted(self.waste.items())),
+            "pending": self.tokens_pending,
+        }
+
+    def ledger_rows(self) -> list[tuple[str, int, str]]:
+        """The ledger as (label, tokens, share of generated) rows, for the text and HTML
+        reports alike; the share of a zero total is ``n/a``."""
+        rows = [("trained", self.tokens_trained)]
+        rows += [(f"wasted: {cause}", n) for cause, n in sorted(self.waste.items())]
+        rows.append(("pending (sealed or running when the file ends)", self.tokens_pending))
+        total = self.tokens_generated
+        out = [("generated", total, "100.0%" if total else "n/a")]
+        out += [(label, n, f"{n / total:.1%}" if total else "n/a") for label, n in rows]
+        return out
+
+    def balance(self) -> str:
+        """The ledger's identity in numbers, and whether it holds."""
+        wasted = sum(self.waste.values())
+        holds = self.tokens_generated == self.tokens_trained + wasted + self.tokens_pending
+        return (
+            f"{self.tokens_generated:,} generated = {self.tokens_trained:,} trained + "
+            f"{wasted:,} wasted + {self.tokens_pending:,} pending"
+            + ("" if holds else "  (DOES NOT BALANCE: please report this)")
+        )
 
     def report(self) -> dict[str, Any]:
         return {
             "runs": self.runs,
             "boundaries": [b.report() for b in self.boundaries],
+            "ledger": self.ledger,
             "summary": {
                 "steps": self.steps,
                 "tokens_generated": self.tokens_generated,
                 "tokens_trained": self.tokens_trained,
+                "tokens_pending": self.tokens_pending,
                 "tokens_wasted_by_cause": dict(sorted(self.waste.items())),
                 "refused_attempts": self.refused_attempts,
             },
@@ -113,6 +158,61 @@ class _Group:
     run_id: str
     attempts: dict[Key, int] = field(default_factory=dict)  # sealed attempts' tokens
     sealed_tokens: int | None = None
+
+
+class _Ledger:
+    """Where every sealed attempt's tokens went, by its group's fate (resolved at the end,
+    since a later run may train a group again, or redo the step that trained it).
+
+    A group belongs to the last run that reserved it or sealed an attempt into it.  Its
+    tokens are ``trained`` if the surviving ``train.step`` of some step number (the last
+    one in the file) trained it; else wasted as ``ROLLED_BACK`` if an earlier step of that
+    number did; else ``discarded: reason``; else ``pending`` if its run is the file's
+    last, ``LOST_AT_STOP`` if not.  Memory: one small record per group and per step."""
+
+    def __init__(self) -> None:
+        self.groups: dict[str, list[Any]] = {}  # group_id → [tokens, run_id, discard reason]
+        self.steps: dict[int, Any] = {}  # step number → group_ids of its latest train.step
+        self.trained: set[str] = set()  # groups any train.step trained
+
+    def touch(self, group_id: str, run_id: str, tokens: int = 0) -> None:
+        record = self.groups.get(group_id)
+        if record is None:
+            self.groups[group_id] = [tokens, run_id, None]
+        else:
+            record[0] += tokens
+            record[1] = run_id
+
+    def discard(self, group_id: str, run_id: str, reason: str) -> None:
+        self.touch(group_id, run_id)
+        self.groups[group_id][2] = reason
+
+    def train(self, step: int, group_ids: Any) -> None:
+        self.steps[step] = group_ids
+        self.trained.update(group_ids)
+
+    def resolve(self, result: CostReport, last_run: str | None) -> None:
+        surviving: set[str] = set()
+        for group_ids in self.steps.values():
+            surviving.update(group_ids)
+        for group_id, (tokens, run_id, reason) in self.groups.items():
+            if not tokens:
+                continue
+            if group_id in surviving:
+                result.tokens_trained += tokens
+            elif group_id in self.trained:
+                _add(result.waste, ROLLED_BACK, tokens)
+            elif reason is not None:
+                _add(result.waste, f"discarded: {reason}", tokens)
+            elif run_id == last_run:
+                result.tokens_pending += tokens
+            else:
+                _add(result.waste, LOST_AT_STOP, tokens)
+
+
+def _add(counts: dict[str, int], cause: str, tokens: int) -> None:
+    if tokens:
+        counts[cause] = counts.get(cause, 0) + tokens
 
 
 #: The fields the analysis reads; the reader skips the rest of each line unbuilt.
@@ -143,6 +243,7 @@ class _Analysis:
         self.epochs: dict[str, int] = {}  # group_id → epoch, for attempts that omit it
         self.groups: dict[str, _Group] = {}
         self.live = LiveBatchAge(on_malformed=lambda e, why: None)
+        self.ledger = _Ledger()
         # The boundary whose new run is running: only the run that directly follows is matched.
         self.watching: Boundary | None = None
         self.unmatched: set[Key] = set()  # its rollouts that have not run again yet
@@ -220,6 +321,7 @@ class _Analysis:
     def _group_reserve(self, e: Event) -> None:
         assert self.run is not None
         self.groups[e.group_id] = _Group(self.run.run_id)
+        self.ledger.touch(e.group_id, self.run.run_id)
         if e.epoch is not None:
             self.epochs[e.group_id] = e.epoch
 
@@ -246,9 +348,9 @@ class _Analysis:
         self.open.pop(e.attempt_id, None)
 
     def _attempt_abandon(self, e: Event) -> None:
-        tokens = e.tokens or 0
+        tokens = _tokens(e.tokens)
         self.result.tokens_generated += tokens
-        self._waste(f"abandoned: {e.reason or ''}", tokens)
+        _add(self.result.waste, f"abandoned: {e.reason or ''}", tokens)
         self.open.pop(e.attempt_id, None)
 
     def _group_seal(self, e: Event) -> None:
@@ -260,10 +362,9 @@ class _Analysis:
 
     def _group_discard(self, e: Event) -> None:
         self.live.observe({"event": e.event, "group_id": e.group_id})
-        group = self.groups.pop(e.group_id, None)
+        self.groups.pop(e.group_id, None)
         self.epochs.pop(e.group_id, None)
-        if group is not None:
-            self._waste(f"discarded: {e.reason or ''}", sum(group.attempts.values()))
+        self.ledger.discard(e.group_id, e.run_id, e.reason or "")
 
     def _train_step(self, e: Event) -> None:
         run = self.run
@@ -286,11 +387,11 @@ class _Analysis:
         if step is None:
             raise ValueError("a train.step without its step")
         b = self.watching
-        for gid in e.group_ids or ():
-            group = self.groups.pop(gid, None)
+        group_ids = e.group_ids or ()
+        self.ledger.train(step, group_ids)
+        for gid in group_ids:
+            self.groups.pop(gid, None)
             self.epochs.pop(gid, None)
-            if group is not None and group.sealed_tokens is not None:
-                self.result.tokens_trained += group.sealed_tokens
             if b is not None:  # a sealed group the snapshot kept, trained as it was
                 for key in b._at_risk_groups.pop(gid, ()):
                     if key in self.unmatched:
@@ -309,10 +410,6 @@ class _Analysis:
         run.last_step = step if run.last_step is None else max(run.last_step, step)
         self.result.steps += 1
 
-    def _waste(self, cause: str, tokens: int) -> None:
-        if tokens:
-            self.result.waste[cause] = self.result.waste.get(cause, 0) + tokens
-
     def finish(self) -> CostReport:
         for b in self.result.boundaries:
             fates = [b._fate.get(k) for k in b._interrupted]
@@ -325,10 +422,17 @@ class _Analysis:
             b.at_risk_resumed = fates.count("resumed")
             b.at_risk_redispatched = fates.count("redispatched")
             b.at_risk_never_ran_again = fates.count(None)
-            self._waste("lost at stops (generated again)", b.tokens_regenerated)
-        for group in self.groups.values():  # sealed or in flight when the file ends
-            self._waste("never trained", sum(group.attempts.values()))
+        self.ledger.resolve(self.result, self.run.run_id if self.run is not None else None)
         return self.result
+
+
+def _tokens(value: Any) -> int:
+    """A token count as the ledger takes it: an int ≥ 0 (anything else is malformed)."""
+    if value is None:
+        return 0
+    if value.__class__ is not int or value < 0:
+        raise ValueError(f"tokens must be an integer ≥ 0, got {value!r}")
+    return value  # type: ignore[no-any-return]
 
 
 def _mean(values: Iterable[float]) -> float | None:
@@ -363,6 +467,7 @@ def analyze_batches(batches: Iterable[Iterable[Any]], *, window: int = 5) -> Cos
     analysis = _Analysis(window)
     handlers = analysis.handlers
     opened, epochs, groups = analysis.open, analysis.epochs, analysis.groups
+    ledger = analysis.ledger
     unmatched, regenerating = analysis.unmatched, analysis.regenerating
     run: _Run | None = None
     run_id, last_t, generated = None, 0.0, 0
@@ -387,10 +492,11 @@ def analyze_batches(batches: Iterable[Iterable[Any]], *, window: int = 5) -> Cos
                         if unmatched and key in unmatched:
                             analysis._ran_again(key, e, resumed=False)
                     elif kind == "attempt.seal":
-                        tokens = e.tokens or 0
+                        tokens = _tokens(e.tokens)
                         generated += tokens
                         entry = opened.pop(e.attempt_id, None)
                         key = entry[1] if entry else _key(e, epochs)
+                        ledger.touch(e.group_id, run_id, tokens)  # type: ignore[arg-type]
                         group = groups.get(e.group_id)
                         if group is not None:
                             group.attempts[key] = tokens

@@ -198,10 +198,17 @@ def _tables(cost: CostReport) -> str:
     else:
         parts.append('<p class="muted">One run: no stop and restore in this file.</p>')
     summary = cost.report()["summary"]
-    waste = summary.pop("tokens_wasted_by_cause")
-    rows = "".join(f"<tr><th>{_label(k)}</th>{_cell(v)}</tr>" for k, v in summary.items())
-    rows += "".join(f"<tr><th>wasted: {escape(k)}</th>{_cell(v)}</tr>" for k, v in waste.items())
+    rows = "".join(
+        f"<tr><th>{_label(k)}</th>{_cell(summary[k])}</tr>" for k in ("steps", "refused_attempts")
+    )
     parts.append(f"<h2>Whole file</h2><table>{rows}</table>")
+    rows = "".join(
+        f'<tr><th>{escape(label)}</th>{_cell(n)}<td class="n">{share}</td></tr>'
+        for label, n, share in cost.ledger_rows()
+    )
+    parts.append(
+        f'<h2>Token ledger</h2><table>{rows}</table><p class="muted">{escape(cost.balance())}</p>'
+    )
     return "".join(parts)
 
 

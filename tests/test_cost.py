@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from otel_rollout.cost import analyze
+from otel_rollout.cost import LOST_AT_STOP, analyze
 from otel_rollout.testing import TraceBuilder
 
 
@@ -63,10 +63,12 @@ class TestBoundary:
         assert b.batch_age_before == b.batch_age_after == 1.0
 
     def test_summary(self, two_runs):
-        """Generated tokens count each token once (resumed ones at their seal)."""
+        """Generated tokens count each token once (resumed ones at their seal); a10's 100,
+        sealed into a group the stop left untrained, are lost at the stop."""
         report = analyze(two_runs[0])
         assert report.tokens_generated == 10 + 10 + 100 + 80
-        assert report.tokens_trained == 20 + 180
+        assert report.tokens_trained == 10 + 10 + 80
+        assert report.waste == {LOST_AT_STOP: 100} and report.tokens_pending == 0
         assert report.steps == 2
 
     def test_redispatched_and_retrained(self):
@@ -109,7 +111,9 @@ class TestBoundary:
     def test_a_single_run_has_no_boundary(self):
         """A file of one run reports no stop, only the summary."""
         b = TraceBuilder()
-        b.sealed_group("g", {0: 5})
+        b.event("group.reserve", group_id="g", prompt_id=0, size=1, weight_version=0)
+        attempt(b, "attempt.seal", "a", "g", 0, 0, tokens=5)
+        b.sealed_group("g", {0: 5}, prompt_id=0)
         b.step(0, 1, ["g"])
         report = analyze(b.events)
         assert report.boundaries == [] and report.tokens_trained == 5

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from ..cost import CostEvent, CostReport, analyze_batches
@@ -21,9 +22,10 @@ def add_parser(commands: Any) -> None:
             "of the interrupted rollouts (matched by epoch, prompt_id, generation_index): "
             "resumed from a snapshot, re-dispatched from scratch, or never run again; tokens "
             "recovered and generated again; steps trained again and the time to get back; "
-            "batch age over the last N steps before and the first N after. Then a summary of "
-            "generated vs trained tokens and the waste by cause. Streams: memory is bounded "
-            "by the work in flight, not by the file."
+            "batch age over the last N steps before and the first N after. Then "
+            "the token ledger: every logged token once, as trained, wasted (by cause) or "
+            "pending, with its balance. Streams: memory is the work in flight plus one small "
+            "record per group and per step, not the file."
         ),
     )
     parser.add_argument("file", help="a rollout_trace.jsonl (or .jsonl.gz)")
@@ -47,6 +49,12 @@ def _fmt(value: Any, unit: str = "") -> str:
     return f"{value:,}{unit}" if isinstance(value, int) else str(value)
 
 
+def _utc(t: float) -> str:
+    """Epoch seconds as ISO-8601 UTC, to the millisecond."""
+    when = datetime.fromtimestamp(t, tz=timezone.utc)
+    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def write_report(report: CostReport, out: TextIO) -> None:
     """The human-readable report."""
     out.write(f"{len(report.runs)} runs, {len(report.boundaries)} stops and restores\n")
@@ -63,15 +71,19 @@ def write_report(report: CostReport, out: TextIO) -> None:
                 f"step {_fmt(restored.get('step'))} "
                 f"(version {_fmt(restored.get('weight_version'))})",
             ),
+            ("stopped at (last event of the old run)", _utc(b.stopped_at)),
+            ("resumed at (first event of the new run)", _utc(b.resumed_at)),
             ("attempts in flight at the stop", _fmt(b.attempts_in_flight)),
             (
                 "groups in flight / sealed, untrained",
                 f"{b.groups_in_flight} / {b.sealed_groups_untrained}",
             ),
             ("tokens at risk (sealed, not trained)", _fmt(b.tokens_at_risk)),
+            ("rollouts interrupted (running at the stop)", _fmt(b.rollouts_interrupted)),
             ("interrupted rollouts: resumed", _fmt(b.resumed)),
             ("                      re-dispatched", _fmt(b.redispatched)),
             ("                      never ran again", _fmt(b.never_ran_again)),
+            ("rollouts sealed but untrained at the stop", _fmt(b.rollouts_at_risk)),
             ("sealed, untrained: trained as kept", _fmt(b.at_risk_kept)),
             ("                   resumed", _fmt(b.at_risk_resumed)),
             ("                   re-dispatched", _fmt(b.at_risk_redispatched)),
@@ -84,15 +96,14 @@ def write_report(report: CostReport, out: TextIO) -> None:
         ]
         out.write(f"\nstop {n}\n")
         for label, value in rows:
-            out.write(f"  {label:<40} {value}\n")
+            out.write(f"  {label:<44} {value}\n")
     out.write("\nwhole file\n")
-    out.write(f"  {'training steps run (repeats included)':<40} {report.steps:,}\n")
-    out.write(f"  {'tokens generated':<40} {report.tokens_generated:,}\n")
-    share = report.tokens_trained / report.tokens_generated if report.tokens_generated else 0
-    out.write(f"  {'tokens trained':<40} {report.tokens_trained:,} ({share:.1%})\n")
-    out.write(f"  {'attempts refused':<40} {report.refused_attempts:,}\n")
-    for cause, tokens in sorted(report.waste.items(), key=lambda kv: -kv[1]):
-        out.write(f"  {'wasted: ' + cause:<40} {tokens:,}\n")
+    out.write(f"  {'training steps run (repeats included)':<48} {report.steps:,}\n")
+    out.write(f"  {'attempts refused':<48} {report.refused_attempts:,}\n")
+    out.write("\ntoken ledger (every logged token in one bucket)\n")
+    for label, tokens, share in report.ledger_rows():
+        out.write(f"  {label:<48} {tokens:>12,}  {share:>6}\n")
+    out.write(f"  {report.balance()}\n")
 
 
 def run(args: argparse.Namespace) -> int:
