@@ -66,6 +66,8 @@ class MetricsExporter:
         # Shared by the sidecar across a file's runs: a resumed run trains groups sealed before.
         self._live = live if live is not None else LiveBatchAge()
         self._i: dict[str, Any] = {}
+        #: Events whose fields were missing or mistyped (they update no instrument).
+        self.malformed = 0
         for name, (kind, unit, description) in INSTRUMENTS.items():
             create = meter.create_gauge if kind == "gauge" else meter.create_counter
             self._i[name] = create(name, unit=unit, description=description)
@@ -79,24 +81,32 @@ class MetricsExporter:
         i["rollout.trace.events"].add(len(events))
         ended: Counter[tuple[str, str, str]] = Counter()  # one SDK call per outcome per batch
         for event in events:
-            kind = event.get("event")
-            outcome = _OUTCOMES.get(kind)  # type: ignore[arg-type]
-            if outcome is not None:
-                ended[(*outcome, str(event.get("reason", "")))] += 1
-            row = self._live.observe(event)
-            if row is not None:
-                self._record_step(row)
-            elif kind == "weights.sync":
-                i["rollout.refits"].add(1)
-                i["rollout.refit.paused_calls"].add(len(event.get("cuts") or ()))
-                i["rollout.weight_version"].set(event["new_version"])
-            elif kind == "trace.dropped":
-                i["rollout.trace.dropped"].add(event.get("count", 0))
-            elif kind in ("checkpoint.publish", "checkpoint.restore"):
-                i["rollout.checkpoints"].add(1, {"kind": kind.split(".")[1]})
+            try:
+                self._observe(event, ended)
+            except (LookupError, TypeError, ValueError, AttributeError):
+                self.malformed += 1  # a field missing or mistyped: no update from this event
         for (name, label, reason), n in ended.items():
             i[name].add(n, {"outcome": label, "reason": reason} if reason else {"outcome": label})
         return 0
+
+    def _observe(self, event: dict[str, Any], ended: Counter[tuple[str, str, str]]) -> None:
+        i = self._i
+        kind = event.get("event")
+        outcome = _OUTCOMES.get(kind) if kind.__class__ is str else None  # type: ignore[arg-type]
+        if outcome is not None:
+            ended[(*outcome, str(event.get("reason", "")))] += 1
+        row = self._live.observe(event)
+        if row is not None:
+            self._record_step(row)
+        elif kind == "weights.sync":
+            version = event["new_version"]
+            i["rollout.refits"].add(1)
+            i["rollout.refit.paused_calls"].add(len(event.get("cuts") or ()))
+            i["rollout.weight_version"].set(version)
+        elif kind == "trace.dropped":
+            i["rollout.trace.dropped"].add(event.get("count", 0))
+        elif kind in ("checkpoint.publish", "checkpoint.restore"):
+            i["rollout.checkpoints"].add(1, {"kind": kind.split(".")[1]})
 
     def _record_step(self, row: Any) -> None:
         i = self._i

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -82,7 +83,8 @@ def _replay(args: argparse.Namespace, chosen: OtelSettings) -> Telemetry:
     """The whole file, once: what a run left open ends when the next run starts, or at the end."""
     from ..sidecar._telemetry import Telemetry
 
-    telemetry = Telemetry(chosen, end_other_runs=True)
+    # Spans only: metrics pushed now would carry today's time, not the file's.
+    telemetry = Telemetry(replace(chosen, metrics=frozenset()), end_other_runs=True)
     for batch in checked_batches(trace_reader(args.file)):
         telemetry.export(batch)
     telemetry.finish("run.stopped")

@@ -54,6 +54,9 @@ _log = logging.getLogger("otel_rollout")
 POLL = 0.02
 #: Seconds between checks that the trainers without a connection still run.
 _PID_CHECK = 1.0
+#: Most seconds the sidecar spends exporting what is left when it stops (a dead collector
+#: must not hold a Ctrl-C or a container's stop for minutes); a second signal ends it at once.
+FINISH_TIMEOUT = 5.0
 _MAX_WARNINGS = 10
 
 
@@ -64,7 +67,7 @@ def pid_alive(pid: Any, started_before: float | None = None) -> bool:
         return False
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):
         return False
     except PermissionError:
         pass
@@ -264,7 +267,9 @@ class Sidecar:
 
     def _end_due_runs(self) -> bool:
         """End the runs whose lines have all been read; answer the trainers that asked."""
-        due = [r for r, (offset, _, _) in self._ending.items() if self._follower.offset >= offset]
+        # read_to, not offset: a torn last line (the killed writer's) never becomes whole.
+        read_to = self._follower.read_to
+        due = [r for r, (offset, _, _) in self._ending.items() if read_to >= offset]
         for run_id in due:
             _, reason, conn = self._ending.pop(run_id)
             self.telemetry.end_run(run_id, reason)
@@ -316,7 +321,7 @@ class Sidecar:
     def _finish(self) -> None:
         if self.control is not None:
             self.control.close()
-        self.telemetry.finish("sidecar.stopped")
+        self.telemetry.finish("sidecar.stopped", timeout=FINISH_TIMEOUT)
         self._stop_prometheus()
         self._follower.close()
 
@@ -336,6 +341,8 @@ def handle_signals(sidecar: Sidecar) -> None:
     """SIGTERM and SIGINT finish the export instead of killing it."""
 
     def stop(signum: int, frame: Any) -> None:
+        if sidecar._stop.is_set():  # the second Ctrl-C: stop now
+            os._exit(128 + signum)
         sidecar.stop()
 
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -115,8 +115,19 @@ def _bind(where: str) -> socket.socket:
     return server
 
 
+#: Variables the SDK's exporters read for themselves: part of where a sidecar sends things.
+_SDK_VARIABLES = (
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+)
+
+
 def settings_key(chosen: OtelSettings) -> str:
-    """A short text naming where ``chosen`` sends things, to spot a sidecar set up otherwise."""
+    """A short text naming where ``chosen`` (and this process's OTLP variables, which the
+    SDK reads itself) send things, to spot a sidecar set up otherwise."""
     fields = (
         chosen.traces,
         sorted(chosen.metrics),
@@ -125,6 +136,7 @@ def settings_key(chosen: OtelSettings) -> str:
         chosen.prometheus_host,
         chosen.prometheus_port,
         chosen.service_name,
+        [os.environ.get(name) for name in _SDK_VARIABLES],
     )
     return orjson.dumps(fields).decode()
 
@@ -202,12 +214,17 @@ class ControlServer:
             with self._lock:
                 self.connections -= 1
             stream.close()
+            conn.close()
 
     def close(self) -> None:
         """Stop listening: a trainer that connects from now on starts a sidecar of its own."""
         if self.closed:
             return
         self.closed = True
+        # shutdown() first: close() alone neither wakes the thread blocked in accept() nor
+        # frees an abstract address, and a trainer could still attach to a leaving sidecar.
+        with contextlib.suppress(OSError):
+            self._server.shutdown(socket.SHUT_RDWR)
         self._server.close()
         if not self._address.startswith("\0"):
             with contextlib.suppress(OSError):

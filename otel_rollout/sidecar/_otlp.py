@@ -63,8 +63,12 @@ def _field(number: int, payload: bytes) -> bytes:
     return _TAG[number] + (_SMALL[n] if n < 16384 else _varint_bytes(n)) + payload
 
 
+_U64 = (1 << 64) - 1
+
+
 def _fixed64(number: int, value: int) -> bytes:
-    return _SMALL[number << 3 | 1] + struct.pack("<Q", value)
+    """A fixed64 field; a time outside 0..2^64-1 (a negative or absurd ``t``) is clamped."""
+    return _SMALL[number << 3 | 1] + struct.pack("<Q", min(max(value, 0), _U64))
 
 
 _INT64 = range(-(2**63), 2**63)
@@ -90,7 +94,7 @@ def _any_value(value: Any) -> bytes:
 #: the like repeat on every span.  Cleared when full, so memory stays bounded.
 _ENCODED: dict[tuple[int, str, type, Any], bytes] = {}
 _ENCODED_MOST = 1 << 16
-_HASHABLE = (str, int, bool, float)
+_HASHABLE = (str, int, bool)  # not floats: -0.0 == 0.0 would share an entry, NaN never hits
 
 
 def _attribute(number: int, key: str, value: Any) -> bytes:

@@ -15,7 +15,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from queue import Queue
+from queue import Full, Queue
 from typing import Any
 
 from opentelemetry.context import Context
@@ -97,13 +97,19 @@ class SpanShipper:
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every span submitted before this call has been exported (or refused)."""
         done = threading.Event()
-        self._queue.put(done)
+        try:
+            self._queue.put(done, timeout=timeout)
+        except Full:
+            return False
         return done.wait(timeout)
 
     def close(self, timeout: float | None = None) -> None:
-        self.flush(timeout)
-        self._queue.put(None)
-        self._thread.join(timeout)
+        """Export what is queued (within ``timeout``), then stop."""
+        if self.flush(timeout):
+            self._queue.put(None)
+            self._thread.join(timeout)
+        else:
+            _log.warning("otel-rollout: spans still queued after %ss are not sent", timeout)
         self.counting.shutdown()
 
     def _run(self) -> None:
@@ -111,7 +117,13 @@ class SpanShipper:
             if isinstance(item, threading.Event):
                 item.set()
                 continue
-            self.counting.export(self._encode(item) if self._encode is not None else item)
+            try:
+                batch = self._encode(item) if self._encode is not None else item
+            except Exception:  # a span the encoder cannot take: count the batch, go on
+                _log.exception("otel-rollout: %d spans could not be encoded", len(item))
+                self.counting.failed += len(item)
+                continue
+            self.counting.export(batch)
 
 
 @dataclass
@@ -123,6 +135,7 @@ class _Run:
     tracer: Any = None
     meter_provider: MeterProvider | None = None
     metrics: MetricsExporter | None = None
+    push_readers: list[MetricReader] = field(default_factory=list)
     prometheus: bool = False  # this run's metrics are the ones the scrape endpoint serves
     ended: bool = False
     start: dict[str, Any] = field(default_factory=dict)  # its run.start event, once seen
@@ -187,6 +200,7 @@ class Telemetry:
     def _metrics_for(self, run: _Run) -> MetricsExporter:
         if run.metrics is None:
             readers: list[MetricReader] = _providers.push_metric_readers(self.chosen)
+            run.push_readers = list(readers)
             if self._registry is not None and self._take_prometheus(run):
                 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 
@@ -254,7 +268,11 @@ class Telemetry:
         run.tracer_provider = run.tracer = None  # spans all ended; a late event makes a new one
         if run.meter_provider is not None:
             if run.prometheus:
-                run.meter_provider.force_flush()  # keep serving its last values
+                # Push its last values now; the scrape endpoint keeps serving them.  Not the
+                # provider's force_flush: that would queue a second copy of every series in
+                # the Prometheus reader, and the next scrape would show both.
+                for reader in run.push_readers:
+                    reader.force_flush()
             else:
                 self._retire(run)
 
@@ -267,7 +285,8 @@ class Telemetry:
         return [r.run_id for r in self.runs.values() if not r.ended]
 
     def finish(self, reason: str, timeout: float | None = None) -> None:
-        """End every run still open, export everything, shut every provider down."""
+        """End every run still open, export everything (within ``timeout`` seconds), shut
+        every provider down."""
         for run_id in self.open_runs():
             self.end_run(run_id, reason)
         if self.shipper is not None:

@@ -80,6 +80,7 @@ class SidecarLink:
         self._sock: socket.socket | None = None
         self._stream: Any = None
         self._thread: threading.Thread | None = None
+        self._closing = False
         # A sidecar already following the file is asked now, before this run writes a line,
         # so that one set up otherwise can stop short of our lines (a few ms; a sidecar busy
         # exporting may take up to _HELLO_TIMEOUT).  Starting a new one is left to a thread.
@@ -150,6 +151,10 @@ class SidecarLink:
                 self.path,
                 reply.get("pid"),
             )
+        if self._closing:  # close() gave up waiting for us: do not hold the run open
+            stream.close()
+            sock.close()
+            return True
         self.sidecar_pid = reply.get("pid")
         self._sock, self._stream = sock, stream
         return True
@@ -186,6 +191,10 @@ class SidecarLink:
             return f"error: {exc}"
         finally:
             os.close(write_end)
+        # Reap it when it exits, so that a long-lived trainer keeps no zombie.
+        threading.Thread(
+            target=process.wait, name="otel-rollout-sidecar-reaper", daemon=True
+        ).start()
         try:
             status = _read_status(read_end, START_TIMEOUT)
         finally:
@@ -206,8 +215,16 @@ class SidecarLink:
         deadline = time.monotonic() + timeout
         if self._thread is not None:
             self._thread.join(timeout)
+        self._closing = True
         sock = self._sock
         if sock is None:
+            if self._thread is not None and self._thread.is_alive():
+                _log.warning(
+                    "otel-rollout: the export sidecar was not attached within %.1fs "
+                    "(OTEL_ROLLOUT_CLOSE_TIMEOUT); its log, %s, may say why",
+                    timeout,
+                    sidecar_log(self.path),
+                )
             return False
         try:
             sock.settimeout(max(deadline - time.monotonic(), 0.01))
