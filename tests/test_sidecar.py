@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 from conftest import clean_env, metrics_env, simulate_command
 
 from otel_rollout.reader import read_events
+from otel_rollout.sidecar._control import connect
 from otel_rollout.testing import OtlpReceiver
 from otel_rollout.trace import RolloutTrace
 
@@ -56,7 +58,7 @@ def wait_for(condition, timeout: float, what: str) -> None:
 
 def sidecar_done(log: Path, times: int = 1) -> bool:
     """Whether the sidecar log says ``times`` sidecars have finished."""
-    return log.exists() and log.read_text().count("INFO: done:") >= times
+    return log.exists() and log.read_text().count("otel-rollout: done:") >= times
 
 
 def kill_after_steps(log_dir: Path, steps: int, env: dict[str, str], *args: str) -> str:
@@ -117,7 +119,7 @@ class TestKill:
         log = tmp_path / "rollout_trace.jsonl.sidecar.log"
         wait_for(lambda: sidecar_done(log), 30, "the sidecar to finish")
         text = log.read_text()
-        assert text.count("INFO: following") == 1  # one sidecar for both runs
+        assert text.count("otel-rollout: following") == 1  # one sidecar for both runs
         events = list(read_events(tmp_path / "rollout_trace.jsonl"))
         second = events[-1]["run_id"]
         last_step = max(e["step"] for e in events if e["event"] == "train.step")
@@ -204,9 +206,11 @@ class TestWhereSpansAreMade:
         for name in [k for k in os.environ if k.startswith("OTEL_")]:
             monkeypatch.delenv(name)
         tr = RolloutTrace(tmp_path)
+        assert tr._sidecar is None
         tr.emit("x")
         tr.close()
-        assert tr._sidecar is None and not list(tmp_path.glob("*.sidecar.log"))
+        assert connect(tmp_path / "rollout_trace.jsonl", 0.5) is None  # nobody listens
+        assert not list(tmp_path.glob("*.sidecar.log"))
 
     def test_two_traces_on_one_file_share_one_sidecar(self, tmp_path, monkeypatch):
         """A second trace appending to the same log attaches to the sidecar already there."""
@@ -251,8 +255,104 @@ class TestWhereSpansAreMade:
         wait_for(lambda: sidecar_done(log, times=2), 10, "both sidecars to finish")
         assert "takes the file over" in log.read_text()
 
+    def test_forked_children_and_their_parent_lose_no_line(self, tmp_path):
+        """A trace forks four children at once after emitting: whichever of them starts the
+        sidecar, every group of the parent and of each child reaches the receiver."""
+        script = (
+            "import os, sys\nfrom otel_rollout.trace import RolloutTrace\n"
+            "t = RolloutTrace(sys.argv[1])\n"
+            "for i in range(5):\n"
+            "    t.emit('group.reserve', group_id=f'p{i}', prompt_id=i, size=1,"
+            " weight_version=0)\n"
+            "kids = []\n"
+            "for k in range(4):\n"
+            "    pid = os.fork()\n"
+            "    if pid == 0:\n"
+            "        t.emit('group.reserve', group_id=f'c{k}', prompt_id=k, size=1,"
+            " weight_version=0)\n"
+            "        t.close()\n"
+            "        os._exit(0)\n"
+            "    kids.append(pid)\n"
+            "for pid in kids:\n    os.waitpid(pid, 0)\n"
+            "t.close()\n"
+        )
+        for attempt in range(3):
+            log = tmp_path / f"f{attempt}.jsonl"
+            with OtlpReceiver("grpc") as rx:
+                done = subprocess.run(
+                    [sys.executable, "-c", script, str(log)],
+                    env=clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=rx.endpoint),
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                )
+                assert done.returncode == 0, done.stderr
+                want = {f"p{i}" for i in range(5)} | {f"c{k}" for k in range(4)}
+
+                def groups(rx: OtlpReceiver = rx) -> set:
+                    return {OtlpReceiver.attributes(s)["rollout.group_id"] for _, s in rx.spans()}
+
+                # A child that gave up waiting at close (a fork can inherit a held lock) is
+                # exported once the sidecar sees its pid gone: allow for that second.
+                wait_for(lambda w=want: groups() == w, 15, f"all groups (attempt {attempt})")
+
+    def test_an_endpoint_changed_in_the_environment_takes_the_sidecar_over(
+        self, tmp_path, monkeypatch
+    ):
+        """Two runs into one log, the second with another OTEL_EXPORTER_OTLP_ENDPOINT: each
+        collector gets its own run's spans (the variable is part of the settings compared)."""
+        monkeypatch.setenv("OTEL_ROLLOUT_SIDECAR_LINGER", "30")
+        with OtlpReceiver("grpc") as first, OtlpReceiver("grpc") as second:
+            for rx, group in ((first, "a"), (second, "b")):
+                monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rx.endpoint)
+                tr = RolloutTrace(tmp_path)
+                tr.emit("group.reserve", group_id=group, prompt_id=1, size=1, weight_version=0)
+                tr.close()
+                monkeypatch.setenv("OTEL_ROLLOUT_SIDECAR_LINGER", "0")
+            got = [
+                {OtlpReceiver.attributes(s)["rollout.group_id"] for _, s in rx.spans()}
+                for rx in (first, second)
+            ]
+        assert got == [{"a"}, {"b"}]
+
 
 class TestSidecarFaults:
+    def test_a_dead_run_ending_in_a_torn_line_is_ended_and_the_sidecar_leaves(self, tmp_path):
+        """A run whose process is gone and whose log ends in half a line: its open spans
+        end run.stopped, and a lingering follower exits."""
+        dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True).stdout.strip()  # fmt: skip
+        path = tmp_path / "t.jsonl"
+        import socket
+
+        start = {"t": time.time(), "run_id": "r", "event": "run.start", "schema": 1,
+                 "pid": int(dead), "host": socket.gethostname()}  # fmt: skip
+        reserve = {"t": time.time(), "run_id": "r", "event": "group.reserve", "group_id": "g"}
+        torn = '{"t": 1.0, "run_id": "r", "event": "group.se'
+        path.write_text(json.dumps(start) + "\n" + json.dumps(reserve) + "\n" + torn)
+        with OtlpReceiver("grpc") as rx:
+            follower = subprocess.run(
+                [sys.executable, "-m", "otel_rollout", "export", str(path), "--follow",
+                 "--linger", "0.5", "--endpoint", rx.endpoint],
+                env=clean_env(), capture_output=True, text=True, timeout=30,
+            )  # fmt: skip
+            assert follower.returncode == 0, follower.stderr
+            ended = [OtlpReceiver.attributes(s).get("rollout.ended_by") for _, s in rx.spans()]
+        assert ended == ["run.stopped"]
+
+    def test_absurd_times_end_in_a_result_not_a_hang(self, tmp_path, cli):
+        """Negative and far-future times (milliseconds for seconds) are exported clamped."""
+        path = tmp_path / "t.jsonl"
+        lines = [
+            {"t": t, "run_id": "r", "event": "checkpoint.publish", "step": 1, "weight_version": 1}
+            for t in (-5.0, 1.7e12, 1.7e9)
+        ]
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        with OtlpReceiver("grpc") as rx:
+            out = cli("export", str(path), "--endpoint", rx.endpoint, timeout=60)
+            assert out.returncode == 0, out.stderr
+            assert len(rx.spans()) == 3
+
     def test_a_sidecar_that_cannot_start_leaves_the_log_whole(self, tmp_path):
         """An endpoint the exporter cannot parse: the trainer logs one clear line and writes
         every event of its log."""
@@ -324,4 +424,37 @@ class TestFollowCommand:
                 OtlpReceiver.attributes(s).get("rollout.ended_by") for _, s in rx.spans()
             )
         assert ended == {"sidecar.stopped": 3}
-        assert "3 events from 1 runs" in err
+        assert "3 events from 1 run →" in err
+
+
+class TestScrapeAfterTheRun:
+    def test_every_scrape_after_a_run_ends_is_valid_exposition(self, tmp_path, monkeypatch):
+        """After the run closes, the lingering sidecar's endpoint serves each series once:
+        promtool accepts every scrape (a flush at the run's end used to double them)."""
+        import shutil
+        import socket
+        import urllib.request
+
+        promtool = shutil.which("promtool")
+        if promtool is None:
+            if os.environ.get("CI") == "true":
+                pytest.fail("promtool is not installed (Debian's prometheus package)")
+            pytest.skip("promtool is not installed")
+        monkeypatch.setenv("OTEL_ROLLOUT_SIDECAR_LINGER", "5")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        tr = RolloutTrace(tmp_path, metrics={"prometheus"}, prometheus_port=port)
+        tr.emit("group.reserve", group_id="g", prompt_id=1, size=1, weight_version=0)
+        tr.emit("group.seal", group_id="g", prompt_id=1, tokens=5, tokens_by_version={"0": 5})
+        tr.emit("train.step", step=0, trained_version=1, group_ids=["g"])
+        tr.close()
+        scrapes = []
+        for _ in range(20):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                scrapes.append(r.read())
+            time.sleep(0.05)
+        for text in scrapes:
+            check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True)
+            assert check.returncode == 0, check.stdout + check.stderr
+            assert text.count(b"\nrollout_step{") == 1

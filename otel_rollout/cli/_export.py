@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -18,7 +19,8 @@ if TYPE_CHECKING:
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
         "export",
-        help="replay a trace file into OTLP spans (for Jaeger, Tempo, a collector)",
+        help="replay a trace file into OTLP spans (for Jaeger, Tempo, a collector), or follow "
+        "a growing one and export its spans and metrics as they come (--follow)",
         description=(
             "Turn a trace file written anywhere (a cluster with no collector, say) into the "
             "spans a live run would have sent, with their historical timestamps, through the "
@@ -60,6 +62,8 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.linger is not None and not args.follow:
+        raise CliError("--linger goes with --follow (a replay ends at the end of the file)")
     chosen = settings(
         traces=None if args.follow else "otlp",
         endpoint=args.endpoint,
@@ -67,9 +71,10 @@ def run(args: argparse.Namespace) -> int:
         service_name=args.service_name,
     )
     telemetry = _follow(args, chosen) if args.follow else _replay(args, chosen)
-    where = args.endpoint or "the endpoint from OTEL_EXPORTER_OTLP_ENDPOINT"
+    where = _where(args.endpoint, chosen.protocol)
     print(
-        f"{args.file}: {telemetry.events} events from {len(telemetry.runs)} runs → "
+        f"{args.file}: {telemetry.events} events from {len(telemetry.runs)} "
+        f"run{'' if len(telemetry.runs) == 1 else 's'} → "
         f"{telemetry.spans_made} spans; {telemetry.spans_sent} sent to {where}, "
         f"{telemetry.spans_failed} not sent",
         file=sys.stderr,
@@ -77,6 +82,17 @@ def run(args: argparse.Namespace) -> int:
     if telemetry.spans_failed:
         raise CliError(f"{telemetry.spans_failed} spans could not be sent to {where}", exit_code=1)
     return 0
+
+
+def _where(endpoint: str | None, protocol: str) -> str:
+    """The endpoint spans went to, in words."""
+    if endpoint:
+        return endpoint
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"):
+        if os.environ.get(name):
+            return f"{os.environ[name]} ({name})"
+    port = 4318 if protocol == "http/protobuf" else 4317
+    return f"the SDK's default endpoint, localhost:{port} (no --endpoint, no {name})"
 
 
 def _replay(args: argparse.Namespace, chosen: OtelSettings) -> Telemetry:

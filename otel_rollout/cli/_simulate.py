@@ -33,7 +33,9 @@ def add_parser(commands: Any) -> None:
             "groups past the staleness limit, trains steps and publishes checkpoints. Every "
             "event goes through RolloutTrace into LOG_DIR/rollout_trace.jsonl; at the end the "
             "per-step batch age table is printed and checked against the live values. "
-            "Spans and metrics follow the standard OTEL_* variables (see the README)."
+            "Spans and metrics follow the standard OTEL_* variables (see the README): an "
+            "export sidecar makes them from the log and stays OTEL_ROLLOUT_SIDECAR_LINGER "
+            "seconds (30) after the run, for a resumed run to continue with."
         ),
     )
     _add_options(sim)

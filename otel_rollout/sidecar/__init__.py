@@ -104,18 +104,18 @@ class Sidecar:
         control: bool = True,
         hand_over: bool = False,
     ) -> None:
-        from ._telemetry import Telemetry  # the SDK, only once something is exported
-
         self.path = Path(path)
         self.linger = linger
         self.hand_over = hand_over
         self.skipped = 0
         self._follower = FileFollower(self.path, offset)
+        self._begin = offset  # the first byte this sidecar follows
         self._notes: SimpleQueue[Note] = SimpleQueue()
         self._stop = threading.Event()
         self._host = socket.gethostname()
         self._connected: dict[str, socket.socket] = {}  # runs whose trainer holds a connection
         self._stop_at: int | None = None  # handed over: read up to here, then finish
+        self._foreign: set[str] = set()  # runs of other hosts (with hand_over: not ours)
         self._ending: dict[str, tuple[int, str, socket.socket | None]] = {}
         self.control: ControlServer | None = None
         if control:  # first: if another sidecar follows the file, touch nothing else
@@ -127,6 +127,8 @@ class Sidecar:
         self._stop_prometheus: Callable[[], None] = lambda: None
         registry = None
         try:
+            from ._telemetry import Telemetry  # the SDK: only once the file is ours to follow
+
             if "prometheus" in chosen.metrics:
                 from .._providers import serve_prometheus
 
@@ -154,6 +156,10 @@ class Sidecar:
         next_pid_check = 0.0
         try:
             while not self._stop.is_set():
+                # Notes first: a run that attaches before its lines are read is backfilled
+                # (if it began before our first byte) ahead of its later lines.
+                if self._handle_notes():
+                    quiet_since = time.monotonic()
                 batch = self._follower.read()
                 if batch.reopened:
                     _log.warning("otel-rollout: %s was replaced; following the new file", self.path)
@@ -162,14 +168,14 @@ class Sidecar:
                     lines = _before(lines, batch.start, self._stop_at)
                     handed = self._follower.read_to >= self._stop_at
                 events = self._parse(lines, batch.start)
+                if events and self.hand_over:
+                    events = self._ours(events)
                 if events:
                     telemetry.export(events)
                     self._after_run_starts(events)
                     quiet_since = time.monotonic()
                 if handed:
                     break
-                if self._handle_notes():
-                    quiet_since = time.monotonic()
                 if self._end_due_runs():
                     quiet_since = time.monotonic()
                 if batch.lines:
@@ -209,6 +215,19 @@ class Sidecar:
             offset += size
         return events
 
+    def _ours(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A sidecar a trace started leaves the runs of other hosts (appending to a shared
+        log) to their own sidecars: it would export them twice, and wait on them forever."""
+        foreign = self._foreign
+        for event in events:
+            if event["event"] == "run.start":
+                run_id = event["run_id"]
+                if event.get("host") != self._host and run_id not in self._connected:
+                    foreign.add(run_id)
+                else:
+                    foreign.discard(run_id)
+        return [e for e in events if e["run_id"] not in foreign] if foreign else events
+
     def _skip(self, offset: int, reason: str) -> None:
         self.skipped += 1
         if self.skipped <= _MAX_WARNINGS:
@@ -245,11 +264,33 @@ class Sidecar:
             if note.kind == "hello":
                 self._connected[note.run_id] = note.conn
                 self._ending.pop(note.run_id, None)  # a pid check may have misjudged it
+                _log.info("otel-rollout: run %s attached", note.run_id)
+                offset = (note.message or {}).get("offset")
+                if isinstance(offset, int) and 0 <= offset < self._begin:
+                    self._backfill(note.run_id, offset)
             else:
                 self._connected.pop(note.run_id, None)
                 reason = "trace.close" if note.kind == "close" else "run.stopped"
                 conn = note.conn if note.kind == "close" else None
                 self._ending[note.run_id] = (note.offset, reason, conn)
+
+    def _backfill(self, run_id: str, offset: int) -> None:
+        """Export the lines ``run_id`` wrote before this sidecar's first byte (it lost the
+        race to start a sidecar, and ours began later in the file)."""
+        events: list[dict[str, Any]] = []
+        with FileFollower(self.path, offset) as follower:
+            while follower.read_to < self._begin:
+                batch = follower.read()
+                if not batch.lines and batch.end == batch.start:
+                    break
+                lines = _before(batch.lines, batch.start, self._begin)
+                events += [e for e in self._parse(lines, batch.start) if e["run_id"] == run_id]
+        if events:
+            _log.info(
+                "otel-rollout: run %s began before us: %d earlier events", run_id, len(events)
+            )
+            self.telemetry.export(events)
+            self._after_run_starts(events)
 
     def _hand_over(self, note: Note) -> None:
         """A trainer with other settings asks for the file from ``note.offset`` on."""
@@ -272,6 +313,7 @@ class Sidecar:
         due = [r for r, (offset, _, _) in self._ending.items() if read_to >= offset]
         for run_id in due:
             _, reason, conn = self._ending.pop(run_id)
+            _log.info("otel-rollout: run %s is over (%s)", run_id, reason)
             self.telemetry.end_run(run_id, reason)
             if conn is not None:
                 self.telemetry.flush()
@@ -314,7 +356,12 @@ class Sidecar:
             time.sleep(0.1)
             if not self._notes.empty() or self.control.connections:
                 _log.info("otel-rollout: a run arrived as the sidecar was leaving; following it")
-                self.linger = 0.0
+                try:  # and stay findable for the runs after it
+                    self.control = ControlServer(
+                        self.path, self._notes, self._follower.size, self.control.settings_key
+                    )
+                except OSError:  # another sidecar has the address now: leave after this run
+                    self.linger = 0.0
                 return False
         return True
 

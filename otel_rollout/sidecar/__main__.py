@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready-fd", type=int, help="write one status line here, then close")
     args = parser.parse_args(argv)
     logging.basicConfig(
-        format="%(asctime)s otel-rollout sidecar[%(process)d]: %(levelname)s: %(message)s",
+        format="%(asctime)s sidecar[%(process)d] %(levelname)s %(message)s",
         level=logging.INFO,
     )
     ready = os.fdopen(args.ready_fd, "w") if args.ready_fd is not None else None
@@ -64,13 +64,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     handle_signals(sidecar)
     logging.getLogger("otel_rollout").info(
-        "following %s from byte %d for the trainers that write it", args.file, args.offset
+        "otel-rollout: following %s from byte %d", args.file, args.offset
     )
     status("ready" + "".join(f"; {problem}" for problem in sidecar.problems))
     sidecar.run()
     t = sidecar.telemetry
     logging.getLogger("otel_rollout").info(
-        "done: %d events, %d spans made, %d sent, %d not accepted",
+        "otel-rollout: done: %d events, %d spans made, %d sent, %d not accepted",
         t.events,
         t.spans_made,
         t.spans_sent,

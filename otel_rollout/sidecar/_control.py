@@ -170,7 +170,7 @@ class ControlServer:
     ) -> None:
         self.notes = notes
         self._file_size = file_size
-        self._settings_key = settings_key
+        self.settings_key = settings_key
         self._address = address(path)
         self._server = _bind(self._address)
         self._server.listen(64)
@@ -198,7 +198,7 @@ class ControlServer:
                 op = message.get("op")
                 if op == "hello" and isinstance(message.get("run_id"), str):
                     run_id = message["run_id"]
-                    send(conn, {"op": "ok", "pid": os.getpid(), "settings": self._settings_key})
+                    send(conn, {"op": "ok", "pid": os.getpid(), "settings": self.settings_key})
                     self.notes.put(Note("hello", conn, run_id, message=message))
                 elif op == "handover" and isinstance(message.get("offset"), int):
                     self.notes.put(Note("handover", conn, run_id, message["offset"]))

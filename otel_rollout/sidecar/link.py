@@ -12,11 +12,11 @@ stays open after the trainer exits.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import select
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -37,6 +37,7 @@ _log = logging.getLogger("otel_rollout")
 START_TIMEOUT = 30.0
 _REPLY_TIMEOUT = 10.0
 _HELLO_TIMEOUT = 2.0
+_READY_FD = 3  # where the sidecar finds the pipe to say it is ready on
 
 _SENT = ("traces", "endpoint", "protocol", "prometheus_host", "prometheus_port", "service_name")
 
@@ -84,9 +85,17 @@ class SidecarLink:
         # A sidecar already following the file is asked now, before this run writes a line,
         # so that one set up otherwise can stop short of our lines (a few ms; a sidecar busy
         # exporting may take up to _HELLO_TIMEOUT).  Starting a new one is left to a thread.
+        self._lock_fd: int | None = None
+        self._locked = False
         try:
             if self._hello(connect(self.path, _HELLO_TIMEOUT)):
                 return
+            # Starting a sidecar is done by one trace at a time, under a lock on the log: a
+            # forked child (or a second trainer) waits for the first one's sidecar instead of
+            # starting one that reads from its own, later, offset.  Taken here, before this
+            # call returns, so that a fork right after it finds the lock held.
+            self._lock_fd = os.open(self.path, os.O_RDONLY)
+            self._locked = _try_lock(self._lock_fd)
         except Exception:
             _log.exception("otel-rollout: asking the export sidecar failed")
         self._thread = threading.Thread(
@@ -98,6 +107,11 @@ class SidecarLink:
 
     def _attach(self) -> None:
         try:
+            if self._lock_fd is not None and not self._locked:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX)  # another trace is starting one
+                self._locked = True
+                if self._hello(connect(self.path, _REPLY_TIMEOUT)):
+                    return
             for attempt in range(3):  # a sidecar leaving as we arrive: start another
                 if attempt and self._hello(connect(self.path, _REPLY_TIMEOUT)):
                     return
@@ -116,6 +130,13 @@ class SidecarLink:
             _log.error("otel-rollout: no export sidecar answered; spans and metrics are off")
         except Exception:  # never let the link hurt the trainer
             _log.exception("otel-rollout: attaching to the export sidecar failed")
+        finally:
+            self._unlock()
+
+    def _unlock(self) -> None:
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            os.close(fd)  # releases the lock (this process's; a fork's copy is closed there)
 
     def _connect_until(self, deadline: float) -> socket.socket | None:
         while time.monotonic() < deadline:
@@ -129,7 +150,7 @@ class SidecarLink:
         if sock is None:
             return False
         stream = sock.makefile("rb")
-        message = {"op": "hello", "run_id": self.run_id, "pid": os.getpid()}
+        message = {"op": "hello", "run_id": self.run_id, "pid": os.getpid(), "offset": self.offset}
         reply = receive(stream) if send(sock, message) else None
         if reply is None or reply.get("op") != "ok":
             stream.close()
@@ -160,7 +181,13 @@ class SidecarLink:
         return True
 
     def _spawn(self) -> str:
-        """Start a sidecar; its first word: ``ready``, ``busy`` (another won) or ``error: …``."""
+        """Start a sidecar; its first word: ``ready``, ``busy`` (another won) or ``error: …``.
+
+        ``posix_spawn``, not ``subprocess``: ``Popen`` waits for its exec on a pipe that a
+        ``fork`` of the trainer made meanwhile (a DataLoader worker, say) inherits, so the
+        trainer's link hung until that child exited, and the child waited for the link:
+        the start lock held for a whole close timeout.  ``posix_spawn`` has no such pipe,
+        and does not copy a trainer's large address space either."""
         read_end, write_end = os.pipe()
         command = [
             sys.executable,
@@ -174,37 +201,42 @@ class SidecarLink:
             "--settings",
             encode_settings(self.chosen),
             "--ready-fd",
-            str(write_end),
+            str(_READY_FD),
+        ]
+        log = str(sidecar_log(self.path))
+        actions = [
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 1, log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644),
+            (os.POSIX_SPAWN_DUP2, 1, 2),
+            (os.POSIX_SPAWN_DUP2, write_end, _READY_FD),
         ]
         try:
-            with open(sidecar_log(self.path), "ab") as log:
-                process = subprocess.Popen(
-                    command,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=log,
-                    pass_fds=(write_end,),
-                    start_new_session=True,
-                )
+            pid = os.posix_spawn(
+                sys.executable, command, os.environ, file_actions=actions, setsid=True
+            )
         except OSError as exc:
             os.close(read_end)
             return f"error: {exc}"
         finally:
             os.close(write_end)
-        # Reap it when it exits, so that a long-lived trainer keeps no zombie.
-        threading.Thread(
-            target=process.wait, name="otel-rollout-sidecar-reaper", daemon=True
-        ).start()
+        exited: list[int] = []
+
+        def reap() -> None:  # so that a long-lived trainer keeps no zombie
+            exited.append(os.waitpid(pid, 0)[1])
+
+        threading.Thread(target=reap, name="otel-rollout-sidecar-reaper", daemon=True).start()
         try:
             status = _read_status(read_end, START_TIMEOUT)
         finally:
             os.close(read_end)
         if not status:
-            code = process.poll()
+            time.sleep(0.1)
             where = sidecar_log(self.path)
-            if code is None:
+            if not exited:
                 return f"error: it did not answer within {START_TIMEOUT:.0f}s (see {where})"
-            return f"error: it exited with code {code} (see {where})"
+            return (
+                f"error: it exited with code {os.waitstatus_to_exitcode(exited[0])} (see {where})"
+            )
         return status
 
     # The trainer's calls.
@@ -256,6 +288,9 @@ class SidecarLink:
         it stays the parent's, and the parent's death still closes it); the child attaches
         its own run with a link of its own."""
         self._drop()
+        if self._lock_fd is not None:  # the parent's start lock: the child must not hold it
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     def _drop(self) -> None:
         if self._stream is not None:
@@ -263,6 +298,14 @@ class SidecarLink:
         if self._sock is not None:
             self._sock.close()
         self._sock = self._stream = None
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
 
 
 def _read_status(fd: int, timeout: float) -> str:
