@@ -10,6 +10,7 @@ give the same float for every step.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -149,7 +150,15 @@ def batch_age(trained_version: int, tokens: int, version_sum: int) -> float | No
     """``trained_version − version_sum / tokens``, or None when there are no tokens."""
     if tokens <= 0:
         return None
-    return trained_version - version_sum / tokens
+    try:
+        return trained_version - version_sum / tokens  # the reference's arithmetic, to the bit
+    except OverflowError:
+        # Versions past what a float holds (2**1024): one division of exact integers gives
+        # the age between them, correctly rounded, instead of a traceback.
+        try:
+            return (trained_version * tokens - version_sum) / tokens
+        except OverflowError:  # the age itself is past the float range
+            return math.inf if trained_version * tokens > version_sum else -math.inf
 
 
 def pop_batch_age(per_group_metrics: dict[str, list[Any]], trained_version: int) -> float | None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from fractions import Fraction
 
 import pytest
@@ -326,3 +329,41 @@ class TestRefitCutsSnapshot:
             assert restored.tokens_by_version([(c, began, n)]) == cuts.tokens_by_version(
                 [(c, began, n)]
             )
+
+
+class TestHugeVersions:
+    def test_versions_past_the_float_range_give_their_age(self):
+        """Versions a float cannot hold (10**309) give the exact age between them, and an age
+        past the float range is infinite: no OverflowError."""
+        from otel_rollout.batch_age import batch_age
+
+        v = 10**309
+        assert batch_age(v + 2, 10, 10 * v) == 2.0
+        assert batch_age(1, 5, 5 * v) == float("-inf")
+        assert batch_age(7, 4, 12) == 7 - 12 / 4  # the reference's arithmetic, to the bit
+
+    def test_the_commands_read_such_a_file(self, tmp_path, cli):
+        """batch-age, cost and the reference main read a file whose token counts name such a
+        version (a JSON key, so any size) cleanly: the age is -inf, not a traceback."""
+        v = 10**309
+        seal = {"t": 1, "run_id": "r", "event": "group.seal", "group_id": "g", "prompt_id": 1,
+                "tokens": 5, "tokens_by_version": {str(v): 5}}  # fmt: skip
+        step = {"t": 2, "run_id": "r", "event": "train.step", "step": 0,
+                "trained_version": 1, "group_ids": ["g"]}  # fmt: skip
+        path = tmp_path / "t.jsonl"
+        path.write_text(json.dumps(seal) + "\n" + json.dumps(step) + "\n")
+        for args in (
+            ("batch-age", str(path)),
+            ("cost", str(path)),
+            ("batch-age", str(path), "--json"),
+        ):
+            out = cli(*args)
+            assert out.returncode == 0 and "Traceback" not in out.stderr, (args, out.stderr)
+        assert (
+            "0 -inf"
+            in subprocess.run(
+                [sys.executable, "-m", "otel_rollout.trace", str(path)],
+                capture_output=True,
+                text=True,
+            ).stdout
+        )
