@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import schema
+
 _log = logging.getLogger("otel_rollout")
 
 __all__ = [
@@ -175,10 +177,12 @@ def pop_batch_age(per_group_metrics: dict[str, list[Any]], trained_version: int)
 OnMalformed = Callable[[dict[str, Any], str], None]
 
 
-def _int(value: Any, name: str) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    raise TypeError(f"{name} must be an integer, got {value!r}")
+def _checked(value: Any, name: str, ftype: schema.FieldType) -> Any:
+    """``value`` if the schema's rule for the field takes it; else the validator's words."""
+    problem = ftype.check(value)
+    if problem is not None:
+        raise ValueError(f"{name} {problem}, got {value!r}")
+    return value
 
 
 def _apply_seal(groups: dict[str, dict[int, int]], event: dict[str, Any]) -> None:
@@ -186,27 +190,30 @@ def _apply_seal(groups: dict[str, dict[int, int]], event: dict[str, Any]) -> Non
     group_id = event["group_id"]
     raw = event.get("tokens_by_version")
     if raw.__class__ is dict and group_id.__class__ is str:
-        counts = {int(v): n for v, n in raw.items() if n.__class__ is int}
+        # The fast path of the schema's rule (validate's): decimal versions, counts ≥ 0.
+        counts = {
+            int(v): n
+            for v, n in raw.items()
+            if n.__class__ is int and n >= 0 and v.isdigit() and v.isascii()
+        }
         if len(counts) == len(raw):
             groups[group_id] = counts
             return
-    if not isinstance(group_id, str):
-        raise TypeError(f"group_id must be a string, got {group_id!r}")
+    _checked(group_id, "group_id", schema.ID)
     if raw is None:
         groups.pop(group_id, None)
         return
-    raise TypeError(f"tokens_by_version must map versions to integer counts, got {raw!r}")
+    _checked(raw, "tokens_by_version", schema.TOKENS_BY_VERSION)
+    raise ValueError(f"tokens_by_version must map versions to token counts, got {raw!r}")
 
 
 def _step_fields(event: dict[str, Any]) -> dict[str, Any]:
     """The fields of a train.step that batch age uses, checked."""
-    group_ids = event["group_ids"]
-    if not (isinstance(group_ids, list) and all(isinstance(g, str) for g in group_ids)):
-        raise TypeError(f"group_ids must be a list of strings, got {group_ids!r}")
+    group_ids = _checked(event["group_ids"], "group_ids", schema.STRINGS)
     logged = event.get("batch_age")
     return {
-        "step": _int(event["step"], "step"),
-        "trained_version": _int(event["trained_version"], "trained_version"),
+        "step": _checked(event["step"], "step", schema.COUNT),
+        "trained_version": _checked(event["trained_version"], "trained_version", schema.VERSION),
         "group_ids": group_ids,
         "run_id": event.get("run_id"),
         "t": event.get("t"),

@@ -367,3 +367,28 @@ class TestHugeVersions:
                 text=True,
             ).stdout
         )
+
+
+class TestOneValidationPolicy:
+    @given(
+        counts=st.dictionaries(
+            st.one_of(st.from_regex(r"[0-9]{1,3}", fullmatch=True), st.text(max_size=3)),
+            st.one_of(st.integers(-5, 50), st.floats(allow_nan=False), st.none(), st.text()),
+            max_size=4,
+        ),
+        step=st.one_of(st.integers(-3, 5), st.floats(allow_nan=False), st.none()),
+        trained=st.one_of(st.integers(-3, 5), st.text(max_size=2)),
+    )
+    def test_batch_age_skips_exactly_what_validate_calls_an_error(self, counts, step, trained):
+        """A seal or a step that validate rejects is skipped (and reported) by batch age, and
+        one validate accepts is used: the same rules, for hostile values too."""
+        from otel_rollout.schema import problems
+
+        seal = {"t": 1.0, "run_id": "r", "event": "group.seal", "group_id": "g",
+                "prompt_id": 1, "tokens": 1, "tokens_by_version": counts}  # fmt: skip
+        train = {"t": 2.0, "run_id": "r", "event": "train.step", "step": step,
+                 "trained_version": trained, "group_ids": ["g"]}  # fmt: skip
+        for event in (seal, train):
+            reported: list[str] = []
+            step_ages([event], on_malformed=lambda e, why, r=reported: r.append(why))
+            assert bool(problems(event)) == bool(reported), (event, problems(event), reported)

@@ -78,7 +78,10 @@ def write_table(rows: Sequence[StepAge], out: TextIO) -> None:
     for r in rows:
         age = "-" if r.batch_age is None else f"{r.batch_age:.4f}"
         out.write(f"{r.step:>6} {r.trained_version:>8} {r.groups:>7} {r.tokens:>10} {age:>10} ")
-        out.write(" ".join(f"{100 * r.share(a):5.1f}%" for a in AGE_BUCKETS) + "\n")
+        if r.tokens:
+            out.write(" ".join(f"{100 * r.share(a):5.1f}%" for a in AGE_BUCKETS) + "\n")
+        else:  # shares of no tokens
+            out.write(" ".join(f"{'n/a':>6}" for _ in AGE_BUCKETS) + "\n")
     aged = [r for r in rows if r.batch_age is not None]
     tokens = sum(r.tokens for r in aged)
     if aged and tokens:
