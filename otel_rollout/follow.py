@@ -19,11 +19,19 @@ from pathlib import Path
 
 from . import config
 
-__all__ = ["FileFollower", "Lines"]
+__all__ = ["FileFollower", "Lines", "file_size"]
 
 #: Most bytes read per call: large enough for 10k events/s at a 20 ms poll many times over,
 #: small enough that a follower started on a large file hands out bounded batches.
 _READ = 1 << 20
+
+
+def file_size(path: str | os.PathLike[str]) -> int:
+    """The size of the file at ``path`` now, 0 if there is none."""
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
 
 
 @dataclass
@@ -125,10 +133,7 @@ class FileFollower:
 
     def size(self) -> int:
         """The file's size now (0 if it does not exist)."""
-        try:
-            return os.stat(self.path).st_size
-        except FileNotFoundError:
-            return 0
+        return file_size(self.path)
 
     def close(self) -> None:
         if self._fd is not None:

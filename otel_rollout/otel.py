@@ -132,11 +132,11 @@ def _normalize(options: dict[str, Any]) -> dict[str, Any]:
         out["metrics"] = frozenset([value] if isinstance(value, str) else value) - {"none"}
     if "protocol" in out:
         out["protocol"] = _protocol(out["protocol"])
-    if "export_mode" in out and out["export_mode"] not in config.EXPORT_MODES:
-        raise ValueError(
-            f"export_mode must be one of {', '.join(config.EXPORT_MODES)}, "
-            f"got {out['export_mode']!r}"
-        )
+    if "export_mode" in out:
+        try:
+            out["export_mode"] = config.EXPORT_MODE.parse(str(out["export_mode"]))
+        except ValueError as exc:
+            raise ValueError(f"export_mode: {exc}, got {out['export_mode']!r}") from None
     return out
 
 

@@ -35,6 +35,7 @@ from .batch_age import (
     tokens_by_version,
 )
 from .exporters import EventExporter, JsonlExporter
+from .follow import file_size
 from .reader import read_events
 from .schema import SCHEMA_VERSION
 
@@ -137,7 +138,7 @@ class RolloutTrace:
         from .sidecar.link import SidecarLink
 
         assert self.path is not None
-        offset = self.path.stat().st_size if self.path.exists() else 0
+        offset = file_size(self.path)
         linger = config.SIDECAR_LINGER.resolve()
         self._sidecar = SidecarLink(self.path, run_id, self.otel, offset, linger)
         return []
@@ -205,7 +206,7 @@ class RolloutTrace:
         sidecar, self._sidecar = self._sidecar, None
         if sidecar is not None and self.path is not None:
             # Everything this run wrote ends before the file's end now.
-            offset = self.path.stat().st_size if self.path.exists() else 0
+            offset = file_size(self.path)
             sidecar.close(offset, max(deadline - time.monotonic(), 0.0))
             self.sidecar_counts = sidecar.counts
         _live.discard(self)

@@ -43,6 +43,7 @@ import orjson
 
 from ..follow import FileFollower
 from ..otel import OtelSettings
+from ..reader import MAX_WARNINGS
 from ._control import ControlServer, Note, send, settings_key
 
 __all__ = ["Sidecar", "pid_alive"]
@@ -57,7 +58,6 @@ _PID_CHECK = 1.0
 #: Most seconds the sidecar spends exporting what is left when it stops (a dead collector
 #: must not hold a Ctrl-C or a container's stop for minutes); a second signal ends it at once.
 FINISH_TIMEOUT = 5.0
-_MAX_WARNINGS = 10
 
 
 def pid_alive(pid: Any, started_before: float | None = None) -> bool:
@@ -230,7 +230,7 @@ class Sidecar:
 
     def _skip(self, offset: int, reason: str) -> None:
         self.skipped += 1
-        if self.skipped <= _MAX_WARNINGS:
+        if self.skipped <= MAX_WARNINGS:  # the readers' limit
             _log.warning("%s: the line at byte %d: %s; skipped", self.path, offset, reason)
 
     # When runs are over.

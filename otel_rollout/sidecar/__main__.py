@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 
-from .link import decode_settings
+from ._control import decode_settings
 
 NICENESS = 19
 

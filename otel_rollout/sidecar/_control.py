@@ -43,7 +43,17 @@ import orjson
 
 from ..otel import OtelSettings
 
-__all__ = ["ControlServer", "Note", "address", "connect", "receive", "send", "settings_key"]
+__all__ = [
+    "ControlServer",
+    "Note",
+    "address",
+    "connect",
+    "decode_settings",
+    "encode_settings",
+    "receive",
+    "send",
+    "settings_key",
+]
 
 _log = logging.getLogger("otel_rollout")
 
@@ -125,20 +135,32 @@ _SDK_VARIABLES = (
 )
 
 
-def settings_key(chosen: OtelSettings) -> str:
-    """A short text naming where ``chosen`` (and this process's OTLP variables, which the
-    SDK reads itself) send things, to spot a sidecar set up otherwise."""
-    fields = (
-        chosen.traces,
-        sorted(chosen.metrics),
-        chosen.endpoint,
-        chosen.protocol,
-        chosen.prometheus_host,
-        chosen.prometheus_port,
-        chosen.service_name,
-        [os.environ.get(name) for name in _SDK_VARIABLES],
-    )
+_SENT = ("traces", "endpoint", "protocol", "prometheus_host", "prometheus_port", "service_name")
+
+
+def encode_settings(chosen: OtelSettings) -> str:
+    """``chosen`` as JSON for the sidecar's command line (providers cannot cross processes)."""
+    fields: dict[str, Any] = {name: getattr(chosen, name) for name in _SENT}
+    fields["metrics"] = sorted(chosen.metrics)
+    fields["resource_attributes"] = {
+        str(k): v if isinstance(v, (str, int, float, bool)) else str(v)
+        for k, v in dict(chosen.resource_attributes).items()
+    }
     return orjson.dumps(fields).decode()
+
+
+def decode_settings(text: str) -> OtelSettings:
+    fields = orjson.loads(text)
+    fields["metrics"] = frozenset(fields.get("metrics", ()))
+    return OtelSettings(**fields)
+
+
+def settings_key(chosen: OtelSettings) -> str:
+    """Where ``chosen`` and this process's OTLP variables (which the SDK reads itself) send
+    things, as text: a trainer compares it with the sidecar's to spot one set up otherwise."""
+    return orjson.dumps(
+        [encode_settings(chosen), [os.environ.get(name) for name in _SDK_VARIABLES]]
+    ).decode()
 
 
 @dataclass

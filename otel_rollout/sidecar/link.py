@@ -12,6 +12,7 @@ stays open after the trainer exits.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -23,12 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from ..otel import OtelSettings
-from ._control import connect, receive, send, settings_key
+from ._control import connect, encode_settings, receive, send, settings_key
 
-__all__ = ["SidecarLink", "decode_settings", "encode_settings", "sidecar_log"]
+__all__ = ["SidecarLink", "sidecar_log"]
 
 _log = logging.getLogger("otel_rollout")
 
@@ -38,25 +37,6 @@ START_TIMEOUT = 30.0
 _REPLY_TIMEOUT = 10.0
 _HELLO_TIMEOUT = 2.0
 _READY_FD = 3  # where the sidecar finds the pipe to say it is ready on
-
-_SENT = ("traces", "endpoint", "protocol", "prometheus_host", "prometheus_port", "service_name")
-
-
-def encode_settings(chosen: OtelSettings) -> str:
-    """``chosen`` as JSON for the sidecar's command line (providers cannot cross processes)."""
-    fields: dict[str, Any] = {name: getattr(chosen, name) for name in _SENT}
-    fields["metrics"] = sorted(chosen.metrics)
-    fields["resource_attributes"] = {
-        str(k): v if isinstance(v, (str, int, float, bool)) else str(v)
-        for k, v in dict(chosen.resource_attributes).items()
-    }
-    return orjson.dumps(fields).decode()
-
-
-def decode_settings(text: str) -> OtelSettings:
-    fields = orjson.loads(text)
-    fields["metrics"] = frozenset(fields.get("metrics", ()))
-    return OtelSettings(**fields)
 
 
 def sidecar_log(path: Path) -> Path:
@@ -86,7 +66,6 @@ class SidecarLink:
         # so that one set up otherwise can stop short of our lines (a few ms; a sidecar busy
         # exporting may take up to _HELLO_TIMEOUT).  Starting a new one is left to a thread.
         self._lock_fd: int | None = None
-        self._locked = False
         try:
             if self._hello(connect(self.path, _HELLO_TIMEOUT)):
                 return
@@ -95,7 +74,8 @@ class SidecarLink:
             # starting one that reads from its own, later, offset.  Taken here, before this
             # call returns, so that a fork right after it finds the lock held.
             self._lock_fd = os.open(self.path, os.O_RDONLY)
-            self._locked = _try_lock(self._lock_fd)
+            with contextlib.suppress(BlockingIOError):  # held: the thread waits for it
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except Exception:
             _log.exception("otel-rollout: asking the export sidecar failed")
         self._thread = threading.Thread(
@@ -107,13 +87,10 @@ class SidecarLink:
 
     def _attach(self) -> None:
         try:
-            if self._lock_fd is not None and not self._locked:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_EX)  # another trace is starting one
-                self._locked = True
+            if self._lock_fd is not None:  # (a no-op if we hold it already)
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX)  # wait while another trace starts one
+            for _ in range(3):  # the one it started, or one leaving as we arrive: start ours
                 if self._hello(connect(self.path, _REPLY_TIMEOUT)):
-                    return
-            for attempt in range(3):  # a sidecar leaving as we arrive: start another
-                if attempt and self._hello(connect(self.path, _REPLY_TIMEOUT)):
                     return
                 status = self._spawn()
                 if status.startswith("error"):
@@ -298,14 +275,6 @@ class SidecarLink:
         if self._sock is not None:
             self._sock.close()
         self._sock = self._stream = None
-
-
-def _try_lock(fd: int) -> bool:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
 
 
 def _read_status(fd: int, timeout: float) -> str:
