@@ -23,6 +23,7 @@ from opentelemetry.sdk.trace.export import (
     SpanExportResult,
 )
 
+from .exporters import EventExporter
 from .metrics import MetricsExporter
 from .otel import DEFAULT_SERVICE_NAME, OtelSettings
 from .spans import SpanBuilder
@@ -278,3 +279,15 @@ def metrics_exporter(run_id: str, chosen: OtelSettings) -> MetricsExporter:
         stop_servers()
 
     return MetricsExporter(owned.get_meter(SCOPE), on_shutdown=shutdown)
+
+
+def build_exporters(run_id: str, chosen: OtelSettings) -> list[EventExporter]:
+    """The span builder and metrics exporter for one run, as ``chosen`` asks."""
+    if not chosen.active:
+        return []
+    exporters: list[EventExporter] = []
+    if chosen.traces != "none" or chosen.tracer_provider is not None:
+        exporters.append(span_builder(run_id, chosen))
+    if chosen.metrics or chosen.meter_provider is not None:
+        exporters.append(metrics_exporter(run_id, chosen))
+    return exporters

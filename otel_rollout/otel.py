@@ -30,9 +30,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import config
-from .exporters import EventExporter
 
-__all__ = ["OtelSettings", "build_exporters", "configure", "settings"]
+__all__ = ["OtelSettings", "configure", "settings"]
 
 _log = logging.getLogger("otel_rollout")
 
@@ -178,17 +177,3 @@ def _port(raw: str | None, default: int) -> int:
         pass
     _log.warning("ignoring OTEL_EXPORTER_PROMETHEUS_PORT=%r; using %d", raw, default)
     return default
-
-
-def build_exporters(run_id: str, chosen: OtelSettings) -> list[EventExporter]:
-    """The span builder and metrics exporter for one run, as ``chosen`` asks."""
-    if not chosen.active:
-        return []
-    from . import _providers  # the SDK is imported only when something is exported
-
-    exporters: list[EventExporter] = []
-    if chosen.traces != "none" or chosen.tracer_provider is not None:
-        exporters.append(_providers.span_builder(run_id, chosen))
-    if chosen.metrics or chosen.meter_provider is not None:
-        exporters.append(_providers.metrics_exporter(run_id, chosen))
-    return exporters

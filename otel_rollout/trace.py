@@ -240,7 +240,9 @@ class RolloutTrace:
 
 def _otel_exporters(run_id: str, chosen: otel.OtelSettings) -> list[EventExporter]:
     try:
-        return otel.build_exporters(run_id, chosen)
+        from . import _providers  # the SDK is imported only when something is exported
+
+        return _providers.build_exporters(run_id, chosen)
     except Exception as exc:  # a bad endpoint must not stop training; the log still works
         _log.error("otel-rollout: spans and metrics are off: %s", exc)
         return []
