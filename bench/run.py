@@ -36,8 +36,8 @@ import with_otel  # noqa: E402
 from yardstick import PlainWriter, plain_read  # noqa: E402
 
 from otel_rollout.batch_age import BATCH_AGE_EVENTS, batch_age_by_step  # noqa: E402
-from otel_rollout.cost import CostEvent, analyze, analyze_batches  # noqa: E402
-from otel_rollout.reader import EventReader, read_events  # noqa: E402
+from otel_rollout.cost import analyze, analyze_file  # noqa: E402
+from otel_rollout.reader import read_events  # noqa: E402
 from otel_rollout.testing import kill_loss_window, synthetic_trace  # noqa: E402
 from otel_rollout.trace import RolloutTrace  # noqa: E402
 
@@ -109,7 +109,7 @@ def reader_throughput(path: Path, lines: int) -> dict[str, float]:
             lambda: batch_age_by_step(read_events(path, kinds=BATCH_AGE_EVENTS))
         ),
         "yardstick cost (loads every line)": timed(lambda: analyze(plain_read(path))),
-        "cost": timed(lambda: analyze_batches(EventReader(path, as_type=CostEvent).batches())),
+        "cost": timed(lambda: analyze_file(path)),
     }
 
 
@@ -153,8 +153,8 @@ def high_water_mb():  # VmHWM, unlike ru_maxrss, is not inherited across exec
 
 base = high_water_mb()
 if sys.argv[2] == "cost":
-    from otel_rollout.cost import CostEvent, analyze_batches
-    steps = analyze_batches(EventReader(sys.argv[1], as_type=CostEvent).batches()).boundaries
+    from otel_rollout.cost import analyze_file
+    steps = analyze_file(sys.argv[1]).boundaries
 else:
     steps = batch_age_by_step(read_events(sys.argv[1], kinds=BATCH_AGE_EVENTS))
 print(high_water_mb() - base, base, len(steps))

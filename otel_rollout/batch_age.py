@@ -1,23 +1,33 @@
-"""Batch age: token-weighted policy updates between generating a token and training on it.
+"""Batch age, the reference API (SPEC §4): the arithmetic and its file functions.
 
-This module is the one implementation of the arithmetic (SPEC §5).  The live
-path (a controller calls :func:`batch_age_group_metrics` per published group
-and :func:`pop_batch_age` per step) and the offline path
-(:func:`batch_age_by_step` over a trace file) share :func:`batch_age` so both
-give the same float for every step.
+The arithmetic lives in :mod:`otel_rollout.age`; the functions over a file's
+events run the one analysis pass (:mod:`otel_rollout.analysis`), so they
+read, check and count exactly as ``otel-rollout batch-age`` does.  They take
+the dicts :func:`~otel_rollout.reader.read_events` yields (an unstarted
+``read_events(path)`` is read as its file, with the least work), or the
+schema's typed events.
 """
 
 from __future__ import annotations
 
-import logging
-import math
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import Any
 
-from . import schema
-
-_log = logging.getLogger("otel_rollout")
+from .age import (
+    AGE_BUCKETS,
+    BATCH_AGE_TOKENS_METRIC,
+    BATCH_AGE_VERSION_SUM_METRIC,
+    LiveBatchAge,
+    OnMalformed,
+    RefitCuts,
+    StepAge,
+    batch_age,
+    batch_age_group_metrics,
+    call_tokens_by_version,
+    pop_batch_age,
+    step_age,
+)
+from .analysis import BATCH_AGE_EVENTS, SealedCounts, StepAges, run_events
 
 __all__ = [
     "AGE_BUCKETS",
@@ -32,351 +42,51 @@ __all__ = [
     "batch_age_group_metrics",
     "call_tokens_by_version",
     "pop_batch_age",
+    "step_age",
     "step_ages",
     "tokens_by_version",
 ]
 
-BATCH_AGE_TOKENS_METRIC = "batch_age/trained_tokens"
-BATCH_AGE_VERSION_SUM_METRIC = "batch_age/token_version_sum"
 
-#: The only event kinds batch age needs; readers may skip every other line unparsed.
-BATCH_AGE_EVENTS = frozenset({"group.seal", "train.step"})
-
-#: Token ages reported separately; the last bucket holds this age and older.
-AGE_BUCKETS = (0, 1, 2, 3)
-
-
-def call_tokens_by_version(
-    began_version: int, tokens: int, cuts: Sequence[tuple[int, int]] = ()
-) -> dict[int, int]:
-    """Split one call's tokens by the version that generated them.
-
-    ``cuts`` are ``(tokens_so_far, new_version)`` in refit order.  Cut counts
-    are clamped into ``[previous cut, tokens]``; zero-token pieces are left out.
-    """
-    counts: dict[int, int] = {}
-    version, start = began_version, 0
-    for at, new_version in cuts:
-        at = min(max(at, start), tokens)
-        if at > start:
-            counts[version] = counts.get(version, 0) + at - start
-        version, start = new_version, at
-    if tokens > start:
-        counts[version] = counts.get(version, 0) + tokens - start
-    return counts
-
-
-class RefitCuts:
-    """Where each running captured call switched weights, until its group publishes.
-
-    vLLM keeps running calls across a refit, so a call's tokens after the
-    refit come from the new weights.  Record every refit's paused calls, then
-    ask for a published group's counts with :meth:`tokens_by_version`.
-    """
-
-    def __init__(self) -> None:
-        self._cuts: dict[Any, list[tuple[int, int]]] = {}
-        self._first_replaced: dict[Any, int] = {}
-
-    def __len__(self) -> int:
-        """How many calls have recorded cuts (what the controller is holding on to)."""
-        return len(self._cuts)
-
-    def record(
-        self, replaced_version: int, new_version: int, calls: Iterable[Sequence[Any]]
-    ) -> None:
-        """Record how many tokens each call had when the refit ``replaced_version → new_version``
-        paused it; ``calls`` holds ``(call_id, tokens_so_far)`` pairs."""
-        for call in calls:
-            call_id, tokens_so_far = call[0], call[1]
-            cuts = self._cuts.get(call_id)
-            if cuts is None:
-                self._cuts[call_id] = [(int(tokens_so_far), new_version)]
-                self._first_replaced[call_id] = replaced_version
-            else:
-                cuts.append((int(tokens_so_far), new_version))
-
-    def forget_before(self, oldest_trainable_version: int) -> None:
-        """Drop calls whose group cannot be trained any more.
-
-        A call began on or before the version its first refit replaced, and
-        its group no later than the call, so the group is too old to train
-        when that version is.
-        """
-        stale = [c for c, r in self._first_replaced.items() if r < oldest_trainable_version]
-        for call_id in stale:
-            del self._cuts[call_id]
-            del self._first_replaced[call_id]
-
-    def snapshot(self) -> dict[str, Any]:
-        """The recorded cuts as JSON-ready data, for a rollout snapshot."""
-        return {
-            "cuts": {str(c): [list(cut) for cut in cuts] for c, cuts in self._cuts.items()},
-            "first_replaced": {str(c): r for c, r in self._first_replaced.items()},
-        }
-
-    @classmethod
-    def restore(cls, state: dict[str, Any]) -> RefitCuts:
-        """Cuts as :meth:`snapshot` saved them (call IDs come back as strings)."""
-        cuts = cls()
-        cuts._cuts = {c: [(int(a), int(v)) for a, v in cs] for c, cs in state["cuts"].items()}
-        cuts._first_replaced = {c: int(r) for c, r in state["first_replaced"].items()}
-        return cuts
-
-    def tokens_by_version(self, call_versions: Iterable[tuple[Any, int, int]]) -> dict[int, int]:
-        """A published group's trained tokens by the weight version that made them.
-
-        ``call_versions`` holds each trained call's ID, the version it began
-        on and the tokens it generated.  A call's tokens count under the
-        version it began on until a refit paused it, and under the version
-        that refit installed from there on.  The calls are forgotten.
-        """
-        counts: dict[int, int] = {}
-        for call_id, began_version, tokens in call_versions:
-            cuts = self._cuts.pop(call_id, ())
-            self._first_replaced.pop(call_id, None)
-            for version, n in call_tokens_by_version(began_version, tokens, cuts).items():
-                counts[version] = counts.get(version, 0) + n
-        return counts
-
-
-def batch_age_group_metrics(counts: dict[int, int]) -> dict[str, int]:
-    """A published group's share of its step's batch age, as two sums."""
-    return {
-        BATCH_AGE_TOKENS_METRIC: sum(counts.values()),
-        BATCH_AGE_VERSION_SUM_METRIC: sum(int(v) * n for v, n in counts.items()),
-    }
-
-
-def batch_age(trained_version: int, tokens: int, version_sum: int) -> float | None:
-    """``trained_version − version_sum / tokens``, or None when there are no tokens."""
-    if tokens <= 0:
+def _warner(on_malformed: OnMalformed | None) -> Any:
+    """The engine's warning callback for the reference functions' ``on_malformed``."""
+    if on_malformed is None:
         return None
-    try:
-        return trained_version - version_sum / tokens  # the reference's arithmetic, to the bit
-    except OverflowError:
-        # Versions past what a float holds (2**1024): one division of exact integers gives
-        # the age between them, correctly rounded, instead of a traceback.
-        try:
-            return (trained_version * tokens - version_sum) / tokens
-        except OverflowError:  # the age itself is past the float range
-            return math.inf if trained_version * tokens > version_sum else -math.inf
-
-
-def pop_batch_age(per_group_metrics: dict[str, list[Any]], trained_version: int) -> float | None:
-    """Remove the step's batch-age sums and return its batch age, if it has tokens.
-
-    ``per_group_metrics`` holds the step's rollout metrics, one value per
-    group; ``trained_version`` is the policy version the step updates.
-    """
-    tokens = per_group_metrics.pop(BATCH_AGE_TOKENS_METRIC, None) or []
-    version_sum = per_group_metrics.pop(BATCH_AGE_VERSION_SUM_METRIC, None) or []
-    return batch_age(trained_version, sum(tokens), sum(version_sum))
-
-
-OnMalformed = Callable[[dict[str, Any], str], None]
-
-
-def _checked(value: Any, name: str, ftype: schema.FieldType) -> Any:
-    """``value`` if the schema's rule for the field takes it; else the validator's words."""
-    problem = ftype.check(value)
-    if problem is not None:
-        raise ValueError(f"{name} {problem}, got {value!r}")
-    return value
-
-
-def _apply_seal(groups: dict[str, dict[int, int]], event: dict[str, Any]) -> None:
-    """Keep a sealed group's counts; a later seal of the same group replaces them."""
-    group_id = event["group_id"]
-    raw = event.get("tokens_by_version")
-    if raw.__class__ is dict and group_id.__class__ is str:
-        # The fast path of the schema's rule (validate's): decimal versions, counts ≥ 0.
-        counts = {
-            int(v): n
-            for v, n in raw.items()
-            if n.__class__ is int and n >= 0 and v.isdigit() and v.isascii()
-        }
-        if len(counts) == len(raw):
-            groups[group_id] = counts
-            return
-    _checked(group_id, "group_id", schema.ID)
-    if raw is None:
-        groups.pop(group_id, None)
-        return
-    _checked(raw, "tokens_by_version", schema.TOKENS_BY_VERSION)
-    raise ValueError(f"tokens_by_version must map versions to token counts, got {raw!r}")
-
-
-def _step_fields(event: dict[str, Any]) -> dict[str, Any]:
-    """The fields of a train.step that batch age uses, checked."""
-    group_ids = _checked(event["group_ids"], "group_ids", schema.STRINGS)
-    logged = event.get("batch_age")
-    return {
-        "step": _checked(event["step"], "step", schema.COUNT),
-        "trained_version": _checked(event["trained_version"], "trained_version", schema.VERSION),
-        "group_ids": group_ids,
-        "run_id": event.get("run_id"),
-        "t": event.get("t"),
-        "batch_age": logged if isinstance(logged, (int, float)) else None,
-    }
-
-
-def _log_malformed(event: dict[str, Any], reason: str) -> None:
-    _log.warning("skipping a malformed %s event: %s", event.get("event"), reason)
-
-
-def _ingest(
-    events: Iterable[dict[str, Any]],
-    on_malformed: OnMalformed | None,
-    groups: dict[str, dict[int, int]],
-    steps: dict[int, dict[str, Any]] | None,
-) -> None:
-    """Fold seals (and steps, if asked) into ``groups``/``steps``, skipping malformed events."""
-    report = on_malformed or _log_malformed
-    for event in events:
-        kind = event.get("event")
-        try:
-            if kind == "group.seal":
-                _apply_seal(groups, event)
-            elif kind == "train.step" and steps is not None:
-                fields = _step_fields(event)
-                steps[fields["step"]] = fields
-        except KeyError as exc:
-            report(event, f"missing field {exc.args[0]!r}")
-        except (TypeError, ValueError) as exc:
-            report(event, str(exc))
+    return lambda where, message: on_malformed({"where": where}, message)
 
 
 def tokens_by_version(
-    events: Iterable[dict[str, Any]], *, on_malformed: OnMalformed | None = None
+    events: Iterable[Any], *, on_malformed: OnMalformed | None = None
 ) -> dict[str, dict[int, int]]:
     """Each published group's trained tokens, by the weight version that made them.
 
     Groups are resolved across the whole file; when a group was sealed more
     than once, the latest seal wins.
     """
-    groups: dict[str, dict[int, int]] = {}
-    _ingest(events, on_malformed, groups, None)
-    return groups
+    [counts] = run_events(events, [SealedCounts()], on_warning=_warner(on_malformed))
+    return counts  # type: ignore[no-any-return]
 
 
-@dataclass
-class StepAge:
-    """One training step's batch age and the token-age distribution behind it."""
-
-    step: int
-    trained_version: int
-    groups: int
-    tokens: int
-    batch_age: float | None
-    tokens_by_age: dict[int, int] = field(default_factory=dict)
-    run_id: str | None = None
-    t: float | None = None
-    logged_batch_age: float | None = None
-
-    def share(self, age: int) -> float:
-        """Share of this step's tokens at ``age`` (the last bucket: that age or older)."""
-        return self.tokens_by_age.get(age, 0) / self.tokens if self.tokens else 0.0
-
-
-def _step_sums(group_ids: list[str], groups: dict[str, dict[int, int]]) -> tuple[int, int]:
-    """Σn and Σv·n over a step's groups: the sums batch_age_group_metrics gives the live path."""
-    tokens = version_sum = 0
-    for group_id in group_ids:
-        counts = groups.get(group_id)
-        if counts:
-            for version, n in counts.items():
-                tokens += n
-                version_sum += version * n
-    return tokens, version_sum
-
-
-def _step_age(step: dict[str, Any], groups: dict[str, dict[int, int]]) -> StepAge:
-    trained = step["trained_version"]
-    group_ids = step["group_ids"]
-    tokens, version_sum = _step_sums(group_ids, groups)
-    by_age: dict[int, int] = {}
-    top = AGE_BUCKETS[-1]
-    for group_id in group_ids:
-        for version, n in groups.get(group_id, {}).items():
-            age = min(max(trained - version, 0), top)
-            by_age[age] = by_age.get(age, 0) + n
-    return StepAge(
-        step=step["step"],
-        trained_version=trained,
-        groups=len(group_ids),
-        tokens=tokens,
-        batch_age=batch_age(trained, tokens, version_sum),
-        tokens_by_age=by_age,
-        run_id=step["run_id"],
-        t=step["t"],
-        logged_batch_age=step["batch_age"],
-    )
-
-
-class LiveBatchAge:
-    """Batch age as events arrive, with the same code as :func:`step_ages`.
-
-    The live counterpart for a running process: feed it every event; a
-    ``train.step`` returns that step's :class:`StepAge`.  Trained and discarded
-    groups are forgotten, so memory is bounded by the groups in flight.
-    """
-
-    def __init__(self, on_malformed: OnMalformed | None = None) -> None:
-        self._groups: dict[str, dict[int, int]] = {}
-        self._report = on_malformed or _log_malformed
-
-    def observe(self, event: dict[str, Any]) -> StepAge | None:
-        kind = event.get("event")
-        try:
-            if kind == "group.seal":
-                _apply_seal(self._groups, event)
-            elif kind == "train.step":
-                step = _step_fields(event)
-                row = _step_age(step, self._groups)
-                for group_id in step["group_ids"]:
-                    self._groups.pop(group_id, None)
-                return row
-            elif kind == "group.discard":
-                self._groups.pop(event.get("group_id"), None)  # type: ignore[arg-type]
-        except KeyError as exc:
-            self._report(event, f"missing field {exc.args[0]!r}")
-        except (TypeError, ValueError) as exc:
-            self._report(event, str(exc))
-        return None
-
-
-def step_ages(
-    events: Iterable[dict[str, Any]], *, on_malformed: OnMalformed | None = None
-) -> list[StepAge]:
+def step_ages(events: Iterable[Any], *, on_malformed: OnMalformed | None = None) -> list[StepAge]:
     """Every step's :class:`StepAge`, in step order; a step trained again keeps the later one.
 
     Seals are resolved across the whole input (the latest seal of a group
     wins), so steps are evaluated once every event has been read.  Memory is
-    bounded by the groups and steps, not by the number of lines.  Malformed
-    seals and steps go to ``on_malformed(event, reason)`` (default: a warning).
+    bounded by the groups and steps, not by the number of lines.  Events the
+    schema's rules reject, and steps naming groups never sealed, go to
+    ``on_malformed({"where": line or "event N"}, reason)`` (default: a warning).
     """
-    groups: dict[str, dict[int, int]] = {}
-    steps: dict[int, dict[str, Any]] = {}
-    _ingest(events, on_malformed, groups, steps)
-    return [_step_age(steps[s], groups) for s in sorted(steps)]
+    [rows] = run_events(events, [StepAges()], on_warning=_warner(on_malformed))
+    return rows  # type: ignore[no-any-return]
 
 
 def batch_age_by_step(
-    events: Iterable[dict[str, Any]], *, on_malformed: OnMalformed | None = None
+    events: Iterable[Any], *, on_malformed: OnMalformed | None = None
 ) -> dict[int, float]:
     """Each step's token-weighted age: policy updates from generating to training.
 
     A step a resumed run trained again keeps the later run's value; steps
     whose groups carry no counts are absent, not 0.
     """
-    groups: dict[str, dict[int, int]] = {}
-    steps: dict[int, dict[str, Any]] = {}
-    _ingest(events, on_malformed, groups, steps)
-    ages = {}
-    for number in sorted(steps):
-        step = steps[number]
-        age = batch_age(step["trained_version"], *_step_sums(step["group_ids"], groups))
-        if age is not None:
-            ages[number] = age
-    return ages
+    rows = step_ages(events, on_malformed=on_malformed)
+    return {r.step: r.batch_age for r in rows if r.batch_age is not None}

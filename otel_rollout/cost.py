@@ -14,20 +14,19 @@ windows and one small record per group and per step, not the file.
 
 from __future__ import annotations
 
-import gc
+import os
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import msgspec
+from .age import step_age
+from .analysis import Analysis, OnWarning, Stop, run_events, run_file
+from .analysis.state import Group, Key
+from .reader import EventReader, Progress
 
-from .batch_age import LiveBatchAge
-from .schema import struct_type
-
-__all__ = ["Boundary", "CostEvent", "CostReport", "analyze", "analyze_batches"]
-
-Key = tuple[int, int, int]  # (epoch, prompt_id, generation_index)
+__all__ = ["LOST_AT_STOP", "ROLLED_BACK", "Boundary", "CostAnalysis", "CostReport", "analyze",
+           "analyze_file"]  # fmt: skip
 
 
 @dataclass
@@ -143,28 +142,11 @@ class CostReport:
         }
 
 
-@dataclass
-class _Run:
-    run_id: str
-    first_t: float
-    last_t: float
-    last_step: int | None = None
-    last_checkpoint: dict[str, Any] | None = None
-    recent_ages: deque[float] = field(default_factory=lambda: deque(maxlen=5))
-
-
-@dataclass
-class _Group:
-    run_id: str
-    attempts: dict[Key, int] = field(default_factory=dict)  # sealed attempts' tokens
-    sealed_tokens: int | None = None
-
-
 class _Ledger:
     """Where every sealed attempt's tokens went, by its group's fate (resolved at the end,
     since a later run may train a group again, or redo the step that trained it).
 
-    A group in flight collects its tokens in :class:`_Group` (by rollout key) and hands
+    A group in flight collects its tokens in the shared state (by rollout key) and hands
     them over when it is trained, discarded, reserved again or left at the end.
     A group belongs to the last run that reserved it or sealed an attempt into it.  Its
     tokens are ``trained`` if the surviving ``train.step`` of some step number (the last
@@ -185,7 +167,7 @@ class _Ledger:
             record[0] += tokens
             record[1] = run_id
 
-    def settle(self, group_id: str, group: _Group) -> None:
+    def settle(self, group_id: str, group: Group) -> None:
         """Take over the tokens a group in flight collected (its attempts, by key)."""
         self.touch(group_id, group.run_id, sum(group.attempts.values()))
 
@@ -221,209 +203,162 @@ def _add(counts: dict[str, int], cause: str, tokens: int) -> None:
         counts[cause] = counts.get(cause, 0) + tokens
 
 
-#: The fields the analysis reads; the reader skips the rest of each line unbuilt.
-CostEvent = struct_type(
-    "CostEvent",
-    [
-        "attempt_id", "group_id", "epoch", "prompt_id", "generation_index", "tokens",
-        "resumed_tokens", "reason", "step", "weight_version", "path", "from_run_id",
-        "group_ids", "trained_version", "batch_age", "tokens_by_version",
-    ],
-)  # fmt: skip
-Event = Any  # a CostEvent (typed loosely: malformed fields fail inside the handlers)
+class CostAnalysis(Analysis):
+    """Every stop and restore, and the token ledger (an analysis of the one pass)."""
 
+    kinds = None  # nearly every kind
 
-def _key(e: Event, epochs: dict[str, int]) -> Key:
-    epoch = e.epoch
-    if epoch is None:
-        epoch = epochs.get(e.group_id, 0)
-    return (epoch, e.prompt_id, e.generation_index)
-
-
-class _Analysis:
-    def __init__(self, window: int) -> None:
+    def __init__(self, window: int = 5) -> None:
         self.window = window
-        self.result = CostReport()
-        self.run: _Run | None = None
-        self.open: dict[str, tuple[str, Key]] = {}  # attempt_id → (run, key)
-        self.epochs: dict[str, int] = {}  # group_id → epoch, for attempts that omit it
-        self.groups: dict[str, _Group] = {}
-        self.live = LiveBatchAge(on_malformed=lambda e, why: None)
+        self.report = CostReport()
         self.ledger = _Ledger()
+        self.generated = 0
+        self.recent: deque[float] = deque(maxlen=window)  # the current run's last ages
         # The boundary whose new run is running: only the run that directly follows is matched.
         self.watching: Boundary | None = None
         self.unmatched: set[Key] = set()  # its rollouts that have not run again yet
         self.regenerating: set[Key] = set()  # its rollouts re-dispatched from scratch
-        self.handlers: dict[str, Callable[[Event], None]] = {
-            "checkpoint.publish": self._checkpoint_publish,
-            "checkpoint.restore": self._checkpoint_restore,
+
+    def handlers(self) -> Mapping[str, Callable[[Any], None]]:
+        return {
+            "attempt.dispatch": self._dispatch,
+            "attempt.resume": self._resume,
+            "attempt.seal": self._attempt_seal,
+            "attempt.refuse": self._refuse,
+            "attempt.abandon": self._abandon,
             "group.reserve": self._group_reserve,
-            "group.seal": self._group_seal,
             "group.discard": self._group_discard,
-            "attempt.resume": self._attempt_resume,
-            "attempt.refuse": self._attempt_refuse,
-            "attempt.abandon": self._attempt_abandon,
             "train.step": self._train_step,
+            "checkpoint.restore": self._checkpoint_restore,
         }
 
-    def new_run(self, run_id: str, t: float) -> _Run:
-        """Start ``run_id`` at ``t``; if another run was going, that is a boundary."""
-        old = self.run
-        if old is not None and old.run_id == run_id:
-            return old
-        run = self.run = _Run(run_id, t, t, recent_ages=deque(maxlen=self.window))
-        self.result.runs.append(run_id)
-        if old is None:
-            return run
-        boundary = Boundary(
+    def stop(self, stop: Stop) -> None:
+        old = stop.old
+        b = Boundary(
             old_run=old.run_id,
-            new_run=run_id,
+            new_run=stop.new.run_id,
             stopped_at=old.last_t,
-            resumed_at=t,
-            downtime_s=t - old.last_t,
+            resumed_at=stop.new.first_t,
+            downtime_s=stop.new.first_t - old.last_t,
             old_last_step=old.last_step,
             old_last_checkpoint=old.last_checkpoint,
-            batch_age_before=_mean(old.recent_ages),
+            batch_age_before=_mean(self.recent),
         )
-        for attempt_id, (owner, key) in list(self.open.items()):
-            if owner == old.run_id:
-                boundary._interrupted.add(key)
-                del self.open[attempt_id]
-        boundary.attempts_in_flight = len(boundary._interrupted)
-        for group_id, group in self.groups.items():
-            if group.run_id != old.run_id:
-                continue
+        self.recent = deque(maxlen=self.window)
+        b._interrupted.update(key for _, key in stop.attempts)
+        b.attempts_in_flight = len(b._interrupted)
+        for group_id, group in stop.groups.items():
             if group.sealed_tokens is None:
-                boundary.groups_in_flight += 1
+                b.groups_in_flight += 1
             else:
-                boundary.sealed_groups_untrained += 1
-            boundary._at_risk.update(group.attempts)
-            boundary._at_risk_groups[group_id] = list(group.attempts)
-            boundary.tokens_at_risk += sum(group.attempts.values())
-        boundary.rollouts_interrupted = len(boundary._interrupted)
-        self.result.boundaries.append(boundary)
-        self.watching = boundary
-        self.unmatched.clear()
-        self.unmatched.update(boundary._interrupted, boundary._at_risk)
-        self.regenerating.clear()
-        return run
+                b.sealed_groups_untrained += 1
+            b._at_risk.update(group.attempts)
+            b._at_risk_groups[group_id] = list(group.attempts)
+            b.tokens_at_risk += sum(group.attempts.values())
+        b.rollouts_interrupted = len(b._interrupted)
+        self.report.boundaries.append(b)
+        self.watching = b
+        self.unmatched = set(b._interrupted) | b._at_risk
+        self.regenerating = set()
 
-    # Handlers (one per event kind the analysis uses).
+    # Handlers: the shared state is as it was before the event.
 
-    def _checkpoint_publish(self, e: Event) -> None:
-        assert self.run is not None
-        self.run.last_checkpoint = {"step": e.step, "weight_version": e.weight_version}
+    def _ran_again(self, e: Any, resumed: bool) -> None:
+        """An attempt is dispatched or resumed: is it an interrupted rollout running again?"""
+        key = self.state.key(e)
+        if key not in self.unmatched:
+            return
+        b = self.watching
+        assert b is not None
+        self.unmatched.discard(key)
+        b._fate[key] = "resumed" if resumed else "redispatched"
+        if resumed:
+            b.tokens_recovered += e.resumed_tokens
+        else:
+            self.regenerating.add(key)
 
-    def _checkpoint_restore(self, e: Event) -> None:
+    def _dispatch(self, e: Any) -> None:
+        if self.unmatched:
+            self._ran_again(e, resumed=False)
+
+    def _resume(self, e: Any) -> None:
+        # The killed run never logged its partial tokens: the seal that follows counts them.
+        if self.unmatched:
+            self._ran_again(e, resumed=True)
+
+    def _attempt_seal(self, e: Any) -> None:
+        tokens = e.tokens
+        self.generated += tokens
+        if e.group_id not in self.state.groups:  # trained already, or never reserved
+            self.ledger.touch(e.group_id, e.run_id, tokens)
+        if self.regenerating:
+            attempt = self.state.attempts.get(e.attempt_id)
+            key = attempt[1] if attempt is not None else self.state.key(e)
+            if key in self.regenerating:
+                self.watching.tokens_regenerated += tokens  # type: ignore[union-attr]
+
+    def _refuse(self, e: Any) -> None:
+        self.report.refused_attempts += 1
+
+    def _abandon(self, e: Any) -> None:
+        tokens = e.tokens or 0
+        self.generated += tokens
+        _add(self.report.waste, f"abandoned: {e.reason}", tokens)
+
+    def _group_reserve(self, e: Any) -> None:
+        old = self.state.groups.get(e.group_id)
+        if old is not None:  # reserved again: what it held so far stays in the ledger
+            self.ledger.settle(e.group_id, old)
+
+    def _group_discard(self, e: Any) -> None:
+        group = self.state.groups.get(e.group_id)
+        if group is not None:
+            self.ledger.settle(e.group_id, group)
+        self.ledger.discard(e.group_id, e.run_id, e.reason)
+
+    def _checkpoint_restore(self, e: Any) -> None:
         b = self.watching
         if b is None:
             return
         b.restored_checkpoint = {
             k: getattr(e, k) for k in ("step", "weight_version", "path", "from_run_id")
         }
-        if b.old_last_step is not None and e.step is not None and e.step >= b.old_last_step:
+        if b.old_last_step is not None and e.step >= b.old_last_step:
             b.catch_up_s = e.t - b.resumed_at  # nothing to train again: back on restore
 
-    def _group_reserve(self, e: Event) -> None:
-        assert self.run is not None
-        old = self.groups.get(e.group_id)
-        if old is not None:  # reserved again: what it held so far stays in the ledger
-            self.ledger.settle(e.group_id, old)
-        self.groups[e.group_id] = _Group(self.run.run_id)
-        if e.epoch is not None:
-            self.epochs[e.group_id] = e.epoch
-
-    def _ran_again(self, key: Key, e: Event, resumed: bool) -> None:
-        """An interrupted rollout of the watched boundary is dispatched or resumed again."""
+    def _train_step(self, e: Any) -> None:
+        state = self.state
+        age = e.batch_age
+        if age is None:
+            age = step_age(e.step, e.trained_version, e.group_ids, state.seals).batch_age
         b = self.watching
-        assert b is not None
-        self.unmatched.discard(key)
-        b._fate[key] = "resumed" if resumed else "redispatched"
-        if resumed:
-            b.tokens_recovered += e.resumed_tokens or 0
-        else:
-            self.regenerating.add(key)
-
-    def _attempt_resume(self, e: Event) -> None:
-        # The killed run never logged its partial tokens: the seal that follows counts them.
-        key = _key(e, self.epochs)
-        self.open[e.attempt_id] = (e.run_id, key)
-        if key in self.unmatched:
-            self._ran_again(key, e, resumed=True)
-
-    def _attempt_refuse(self, e: Event) -> None:
-        self.result.refused_attempts += 1
-        self.open.pop(e.attempt_id, None)
-
-    def _attempt_abandon(self, e: Event) -> None:
-        tokens = _tokens(e.tokens)
-        self.result.tokens_generated += tokens
-        _add(self.result.waste, f"abandoned: {e.reason or ''}", tokens)
-        self.open.pop(e.attempt_id, None)
-
-    def _group_seal(self, e: Event) -> None:
-        self.live.observe(
-            {"event": e.event, "group_id": e.group_id, "tokens_by_version": e.tokens_by_version}
-        )
-        group = self.groups.setdefault(e.group_id, _Group(e.run_id))
-        group.sealed_tokens = e.tokens or 0
-
-    def _group_discard(self, e: Event) -> None:
-        self.live.observe({"event": e.event, "group_id": e.group_id})
-        group = self.groups.pop(e.group_id, None)
-        self.epochs.pop(e.group_id, None)
-        if group is not None:
-            self.ledger.settle(e.group_id, group)
-        self.ledger.discard(e.group_id, e.run_id, e.reason or "")
-
-    def _train_step(self, e: Event) -> None:
-        run = self.run
-        assert run is not None
-        row = self.live.observe(
-            {
-                "event": e.event,
-                "step": e.step,
-                "trained_version": e.trained_version,
-                "group_ids": e.group_ids,
-                "run_id": e.run_id,
-                "t": e.t,
-                "batch_age": e.batch_age,
-            }
-        )
-        age = e.batch_age if isinstance(e.batch_age, (int, float)) else None
-        if age is None and row is not None:
-            age = row.batch_age
-        step = e.step
-        if step is None:
-            raise ValueError("a train.step without its step")
-        b = self.watching
-        group_ids = e.group_ids or ()
-        self.ledger.train(step, group_ids)
-        for gid in group_ids:
-            group = self.groups.pop(gid, None)
+        self.ledger.train(e.step, e.group_ids)
+        for gid in e.group_ids:
+            group = state.groups.get(gid)
             if group is not None:
                 self.ledger.settle(gid, group)
-            self.epochs.pop(gid, None)
             if b is not None:  # a sealed group the snapshot kept, trained as it was
                 for key in b._at_risk_groups.pop(gid, ()):
                     if key in self.unmatched:
                         self.unmatched.discard(key)
                         b._fate[key] = "kept"
         if b is not None:
-            if b.old_last_step is not None and step <= b.old_last_step:
+            if b.old_last_step is not None and e.step <= b.old_last_step:
                 b.steps_retrained += 1
-                if step == b.old_last_step and b.catch_up_s is None:
+                if e.step == b.old_last_step and b.catch_up_s is None:
                     b.catch_up_s = e.t - b.resumed_at
             if age is not None and len(b._after) < self.window:
                 b._after.append(age)
                 b.batch_age_after = _mean(b._after)
         if age is not None:
-            run.recent_ages.append(age)
-        run.last_step = step if run.last_step is None else max(run.last_step, step)
-        self.result.steps += 1
+            self.recent.append(age)
+        self.report.steps += 1
 
-    def finish(self) -> CostReport:
-        for b in self.result.boundaries:
+    def result(self) -> CostReport:
+        report = self.report
+        report.runs = [r.run_id for r in self.state.runs]
+        report.tokens_generated = self.generated
+        for b in report.boundaries:
             fates = [b._fate.get(k) for k in b._interrupted]
             b.resumed = fates.count("resumed")
             b.redispatched = fates.count("redispatched")
@@ -434,19 +369,11 @@ class _Analysis:
             b.at_risk_resumed = fates.count("resumed")
             b.at_risk_redispatched = fates.count("redispatched")
             b.at_risk_never_ran_again = fates.count(None)
-        for group_id, group in self.groups.items():  # neither trained nor discarded yet
+        for group_id, group in self.state.groups.items():  # neither trained nor discarded yet
             self.ledger.settle(group_id, group)
-        self.ledger.resolve(self.result, self.run.run_id if self.run is not None else None)
-        return self.result
-
-
-def _tokens(value: Any) -> int:
-    """A token count as the ledger takes it: an int ≥ 0 (anything else is malformed)."""
-    if value is None:
-        return 0
-    if value.__class__ is not int or value < 0:
-        raise ValueError(f"tokens must be an integer ≥ 0, got {value!r}")
-    return value  # type: ignore[no-any-return]
+        last = self.state.run
+        self.ledger.resolve(report, last.run_id if last is not None else None)
+        return report
 
 
 def _mean(values: Iterable[float]) -> float | None:
@@ -454,85 +381,26 @@ def _mean(values: Iterable[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def analyze(events: Iterable[Any], *, window: int = 5) -> CostReport:
-    """The cost of every stop and restore in ``events`` (file order), and a summary.
+def analyze(
+    events: Iterable[Any], *, window: int = 5, on_warning: OnWarning | None = None
+) -> CostReport:
+    """The cost of every stop and restore in ``events`` (file order), and the ledger.
 
-    Events are :data:`CostEvent` structs or dicts.  ``window`` steps before and
-    after each boundary give its batch age before/after.
+    Events are dicts (as ``read_events`` yields them) or the schema's typed
+    events; an unstarted ``read_events(path)`` is read as its file.  ``window``
+    steps before and after each boundary give its batch age before/after.
     """
-    return analyze_batches([_structs(events)], window=window)
+    [report] = run_events(events, [CostAnalysis(window)], on_warning=on_warning)
+    return report  # type: ignore[no-any-return]
 
 
-def _structs(events: Iterable[Any]) -> Iterator[Any]:
-    """Events as :data:`CostEvent`; dicts that do not fit it are skipped (malformed)."""
-    for e in events:
-        if e.__class__ is dict:
-            try:
-                e = msgspec.convert(e, CostEvent)
-            except msgspec.ValidationError:
-                continue
-        yield e
-
-
-def analyze_batches(batches: Iterable[Iterable[Any]], *, window: int = 5) -> CostReport:
-    """:func:`analyze` over blocks of :data:`CostEvent`, the fast path:
-    ``EventReader(path, as_type=CostEvent).batches()`` reads a file with the
-    least work per line."""
-    analysis = _Analysis(window)
-    handlers = analysis.handlers
-    opened, epochs, groups = analysis.open, analysis.epochs, analysis.groups
-    ledger = analysis.ledger
-    unmatched, regenerating = analysis.unmatched, analysis.regenerating
-    run: _Run | None = None
-    run_id, last_t, generated = None, 0.0, 0
-    collecting = gc.isenabled()
-    gc.disable()  # the state holds no cycles; collections would only cost time (~10%)
-    try:
-        for batch in batches:
-            for e in batch:
-                try:
-                    if e.run_id != run_id:  # a run.start of the same run starts nothing
-                        if run is not None:
-                            run.last_t = last_t
-                        run = analysis.new_run(e.run_id, e.t)
-                        run_id, last_t = e.run_id, e.t
-                    elif e.t > last_t:
-                        last_t = e.t
-                    kind = e.event
-                    # The two kinds that are most of a trace are handled here, without a call.
-                    if kind == "attempt.dispatch":
-                        key = _key(e, epochs)
-                        opened[e.attempt_id] = (run_id, key)
-                        if unmatched and key in unmatched:
-                            analysis._ran_again(key, e, resumed=False)
-                    elif kind == "attempt.seal":
-                        tokens = e.tokens
-                        if tokens.__class__ is not int or tokens < 0:
-                            tokens = _tokens(tokens)  # None is 0; anything else is malformed
-                        generated += tokens
-                        entry = opened.pop(e.attempt_id, None)
-                        key = entry[1] if entry else _key(e, epochs)
-                        group = groups.get(e.group_id)
-                        if group is not None:
-                            # The group keeps its tokens until it is trained or discarded:
-                            # a ledger record per seal cost cost 15-30% of its speed.
-                            attempts = group.attempts
-                            attempts[key] = attempts.get(key, 0) + tokens
-                            group.run_id = run_id  # type: ignore[assignment]
-                        else:  # no such group in flight (trained already, or never reserved)
-                            ledger.touch(e.group_id, run_id, tokens)  # type: ignore[arg-type]
-                        if regenerating and key in regenerating:
-                            analysis.watching.tokens_regenerated += tokens  # type: ignore[union-attr]
-                    else:
-                        handler = handlers.get(kind)
-                        if handler is not None:
-                            handler(e)
-                except (KeyError, TypeError, ValueError):
-                    continue  # a malformed event
-    finally:
-        if collecting:
-            gc.enable()
-    if run is not None:
-        run.last_t = last_t
-    analysis.result.tokens_generated += generated
-    return analysis.finish()
+def analyze_file(
+    path: str | os.PathLike[str] | EventReader,
+    *,
+    window: int = 5,
+    on_warning: OnWarning | None = None,
+    progress: Progress | None = None,
+) -> CostReport:
+    """:func:`analyze` over a trace file, read once in typed blocks."""
+    [report] = run_file(path, [CostAnalysis(window)], on_warning=on_warning, progress=progress)
+    return report  # type: ignore[no-any-return]

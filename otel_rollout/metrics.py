@@ -21,7 +21,7 @@ from typing import Any
 
 from opentelemetry.metrics import Meter
 
-from .batch_age import AGE_BUCKETS, LiveBatchAge
+from .age import AGE_BUCKETS, LiveBatchAge
 
 __all__ = ["AGE_LABELS", "INSTRUMENTS", "MetricsExporter"]
 

@@ -23,9 +23,9 @@ from typing import IO, Any
 import msgspec
 import orjson
 
-from . import config
+from . import config, events
 
-__all__ = ["EventReader", "read_events"]
+__all__ = ["EventReader", "EventStream", "read_events"]
 
 _log = logging.getLogger("otel_rollout")
 
@@ -51,7 +51,10 @@ class EventReader:
     Each skipped line goes to ``on_skip(line_number, reason)``; by default
     the first few are logged as warnings and the rest summed up at the end.
 
-    Events are dicts, or with ``as_type`` instances of that ``msgspec.Struct``
+    With ``typed``, events are the schema's structs (:mod:`otel_rollout.events`)
+    and a line ``validate`` calls an error is skipped with the validator's words;
+    ``validate`` applies the same rule to dicts.
+    Otherwise events are dicts, or with ``as_type`` instances of that ``msgspec.Struct``
     (which must have an ``event`` field); a line that does not fit the type
     (a required field missing, a value of the wrong type) is then skipped too.
     A line longer than ``max_line_bytes`` (``OTEL_ROLLOUT_MAX_LINE_BYTES``) is
@@ -67,13 +70,22 @@ class EventReader:
         progress: Progress | None = None,
         as_type: type[msgspec.Struct] | None = None,
         max_line_bytes: int | None = None,
+        typed: bool = False,
+        validate: bool = False,
     ) -> None:
         self.path = Path(path)
         self.max_line_bytes = config.MAX_LINE_BYTES.resolve(max_line_bytes)
-        self._typed = msgspec.json.Decoder(as_type) if as_type is not None else None
+        #: Lines ``validate`` calls errors are skipped (typed events are always checked).
+        self.checked = typed or validate
+        self._check_dicts = validate and not typed and as_type is None
+        if typed:
+            self._typed: msgspec.json.Decoder[Any] | None = events.DECODER
+        else:
+            self._typed = msgspec.json.Decoder(as_type) if as_type is not None else None
         self.kinds = frozenset(kinds) if kinds is not None else None
         self.lines = 0
         self.skipped = 0
+        self.events = 0  # counted by numbered_batches()
         #: Whether line 1 is a JSON object with an ``event`` (None for an empty file).
         self.first_line_is_event: bool | None = None
         self._on_skip = on_skip
@@ -99,6 +111,13 @@ class EventReader:
 
     def _recover(self, lineno: int, line: bytes, error: Exception, torn: bool) -> Any:
         """The slow path for a line the decoder rejects: a BOM, a blank line, or a skip."""
+        if self.checked:  # the one policy (otel_rollout.events): keep, skip with why, or ignore
+            if lineno == 1 and line.startswith(_BOM):
+                line = line[len(_BOM) :]
+            event, why = events.from_line(line)
+            if why is not None:
+                self._skip(lineno, why, torn)
+            return event
         loads, errors = self._decoder()
         if lineno == 1 and line.startswith(_BOM):
             try:
@@ -120,15 +139,18 @@ class EventReader:
             return self._typed.decode, _TYPED_ERRORS
         return orjson.loads, (orjson.JSONDecodeError,)
 
-    def _whole_block(self, chunk: bytes, start: int, end: int) -> list[Any] | None:
-        """Every event of a block in one call, or None if a line needs the per-line path."""
+    def _whole_block(
+        self, chunk: bytes, start: int, end: int, every_kind: bool = False
+    ) -> list[Any] | None:
+        """Every event of a block in one call, or None if a line needs the per-line path
+        (with ``every_kind``, events of kinds not asked for are left in)."""
         try:
             events = self._typed.decode_lines(memoryview(chunk)[start:end])  # type: ignore[union-attr]
         except _TYPED_ERRORS:
             return None
         if self.first_line_is_event is None and events:
             self.first_line_is_event = True
-        if self.kinds is not None:
+        if self.kinds is not None and not every_kind:
             kinds = self.kinds
             events = [e for e in events if e.event in kinds]
         return events
@@ -139,17 +161,29 @@ class EventReader:
         for batch in self._blocks(numbered=False):
             yield batch if batch.__class__ is list else list(batch)
 
+    def numbered_batches(self) -> Iterator[tuple[list[Any], int | list[int]]]:
+        """The events block by block, each with where its events are: the line number
+        of the first (the block is consecutive lines) or one line number per event."""
+        for batch in self._blocks(numbered=True, whole_numbered=True):
+            if batch.__class__ is tuple:
+                self.events += len(batch[0])  # type: ignore[index]
+                yield batch  # type: ignore[misc]
+            else:
+                pairs = list(batch)
+                self.events += len(pairs)
+                yield [e for _, e in pairs], [n for n, _ in pairs]
+
     def _scan(self, numbered: bool) -> Iterator[Any]:
         for batch in self._blocks(numbered):
             yield from batch
 
-    def _blocks(self, numbered: bool) -> Iterator[Iterable[Any]]:
+    def _blocks(self, numbered: bool, whole_numbered: bool = False) -> Iterator[Iterable[Any]]:
         kinds = self.kinds
         # Searching blocks for the wanted kinds pays when they are a few of a file's lines;
         # for many kinds nearly every line matches, and plain parsing then filtering is faster.
         few = kinds is not None and len(kinds) <= _MOST_KINDS_SEARCHED
         pattern = _kind_pattern(kinds) if few else None  # type: ignore[arg-type]
-        whole_blocks = self._typed is not None and not numbered and not few
+        whole_blocks = self._typed is not None and (whole_numbered or not numbered) and not few
         lineno = 0
         with _open(self.path) as (stream, position, compressed):
             broken: list[str] = []
@@ -168,12 +202,16 @@ class EventReader:
             blocks = _chunks(stream, broken if compressed else None, self.max_line_bytes, long_line)
             for chunk, start, end, final in blocks:
                 events = None
+                newlines = chunk.count(b"\n", start, end)
                 if whole_blocks and not final and (lineno or not chunk.startswith(_BOM, start)):
-                    events = self._whole_block(chunk, start, end)
+                    events = self._whole_block(chunk, start, end, whole_numbered)
+                    if events is not None and whole_numbered:
+                        # blank lines mean the block is numbered line by line instead
+                        events = (events, lineno + 1) if len(events) == newlines else None  # type: ignore[assignment]
                 if events is None:
                     events = self._lines(chunk, start, end, final, lineno, pattern, numbered)
                 yield events
-                lineno += chunk.count(b"\n", start, end) + final
+                lineno += newlines + final
                 if self._progress is not None:
                     self._progress(position(), total)
             if broken:
@@ -247,11 +285,36 @@ class EventReader:
                 if first:
                     first = False
                     self.first_line_is_event = "event" in event
+                if self._check_dicts:
+                    typed_event, why = events.from_object(event)
+                    if typed_event is None:
+                        if why is not None:
+                            self._skip(where(n) if where else n, why, final)
+                        continue
                 if kinds is not None:
                     kind = event.get("event")
                     if kind.__class__ is not str or kind not in kinds:
                         continue
             yield (n, event) if numbered else event
+
+
+class EventStream(Iterator[dict[str, Any]]):
+    """What :func:`read_events` returns: an iterator of a file's events (dicts) that
+    also names its file, so an analysis handed one unstarted can read the file itself
+    with the least work (typed blocks, only the kinds it needs)."""
+
+    def __init__(self, reader: EventReader) -> None:
+        self.reader = reader
+        self._events: Iterator[dict[str, Any]] | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._events is not None
+
+    def __next__(self) -> dict[str, Any]:
+        if self._events is None:
+            self._events = iter(self.reader)
+        return next(self._events)
 
 
 def read_events(
@@ -263,7 +326,7 @@ def read_events(
     with a warning naming the line number.  With ``kinds``, only events of
     those kinds are parsed and yielded.
     """
-    return iter(EventReader(path, kinds=kinds))
+    return EventStream(EventReader(path, kinds=kinds))
 
 
 def _kind_pattern(kinds: frozenset[str]) -> re.Pattern[bytes]:

@@ -9,21 +9,23 @@ inline script records page errors for the tests.  Nothing is fetched.
 
 from __future__ import annotations
 
-import contextlib
+import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 from typing import Any
 
 from . import _svg
-from .batch_age import AGE_BUCKETS, LiveBatchAge, StepAge
-from .cost import CostReport, analyze
+from .age import AGE_BUCKETS, step_age
+from .analysis import Analysis, Stop, run_events, run_file
+from .cost import CostAnalysis, CostReport
+from .reader import EventReader, Progress
 
-__all__ = ["ReportData", "collect", "render_html", "write_pngs"]
+__all__ = ["ReportData", "ReportSeries", "collect", "collect_file", "render_html", "write_pngs"]
 
 _MAX_POINTS = 2000
 _ENDS = ("attempt.seal", "attempt.refuse", "attempt.abandon")
@@ -43,48 +45,67 @@ class ReportData:
     cost: CostReport | None = None
 
 
-def collect(events: Iterable[dict[str, Any]], source: str = "") -> ReportData:
-    """Read ``events`` once; the cost analysis runs on the same stream."""
+class ReportSeries(Analysis):
+    """The page's time series: batch age per step as trained, token-age shares, attempts in
+    flight, and each run's span (an analysis of the one pass, beside the cost analysis)."""
+
+    kinds = frozenset({"attempt.dispatch", "attempt.resume", "train.step", "group.seal", *_ENDS})
+
+    def __init__(self, data: ReportData) -> None:
+        self.data = data
+
+    def handlers(self) -> Mapping[str, Callable[[Any], None]]:
+        ends = dict.fromkeys(_ENDS, self._end)
+        return {"attempt.dispatch": self._start, "attempt.resume": self._start,
+                "train.step": self._step, **ends}  # fmt: skip
+
+    def stop(self, stop: Stop) -> None:
+        if stop.attempts:  # the old run's attempts died with it
+            self.data.in_flight.append((stop.new.first_t, len(self.state.attempts)))
+
+    def _start(self, e: Any) -> None:
+        running = self.state.attempts
+        self.data.in_flight.append((e.t, len(running) + (e.attempt_id not in running)))
+
+    def _end(self, e: Any) -> None:
+        running = self.state.attempts
+        if e.attempt_id in running:
+            self.data.in_flight.append((e.t, len(running) - 1))
+
+    def _step(self, e: Any) -> None:
+        row = step_age(e.step, e.trained_version, e.group_ids, self.state.seals)
+        age = e.batch_age if e.batch_age is not None else row.batch_age
+        if age is not None:
+            self.data.steps.append((e.t, e.run_id, e.step, float(age)))
+        if row.tokens:
+            self.data.shares[e.step] = [row.share(a) for a in AGE_BUCKETS]
+
+    def result(self) -> ReportData:
+        data = self.data
+        for run in self.state.runs:
+            span = data.runs.setdefault(run.run_id, [run.first_t, run.last_t])
+            span[1] = max(span[1], run.last_t)
+        if self.state.runs:
+            data.t0 = self.state.runs[0].first_t
+        data.in_flight = _thin(data.in_flight)
+        return data
+
+
+def collect(events: Iterable[Any], source: str = "") -> ReportData:
+    """Read ``events`` once (dicts or typed events, file order) for the whole page."""
     data = ReportData(source)
-    live = LiveBatchAge(on_malformed=lambda e, why: None)
-    running: dict[str, str] = {}  # attempt_id → run
-
-    def observe(stream: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-        for e in stream:
-            # A malformed event is skipped here (validate names it); the page shows the rest.
-            with contextlib.suppress(KeyError, TypeError, ValueError):
-                _observe(data, live, running, e)
-            yield e
-
-    data.cost = analyze(observe(events))
-    data.in_flight = _thin(data.in_flight)
+    data.cost, _ = run_events(events, [CostAnalysis(), ReportSeries(data)])
     return data
 
 
-def _observe(
-    data: ReportData, live: LiveBatchAge, running: dict[str, str], e: dict[str, Any]
-) -> None:
-    t, run, kind = float(e["t"]), e["run_id"], e["event"]
-    if data.t0 is None:
-        data.t0 = t
-    span = data.runs.setdefault(run, [t, t])
-    span[1] = max(span[1], t)
-    if kind == "run.start" and any(r != run for r in running.values()):
-        running.clear()  # the previous run's attempts died with it
-        data.in_flight.append((t, 0))
-    if kind in ("attempt.dispatch", "attempt.resume"):
-        running[e["attempt_id"]] = run
-        data.in_flight.append((t, len(running)))
-    elif kind in _ENDS and running.pop(e["attempt_id"], None) is not None:
-        data.in_flight.append((t, len(running)))
-    row: StepAge | None = live.observe(e)
-    if row is not None:
-        logged = e.get("batch_age")
-        age = logged if isinstance(logged, (int, float)) else row.batch_age
-        if age is not None:
-            data.steps.append((t, run, row.step, float(age)))
-        if row.tokens:
-            data.shares[row.step] = [row.share(a) for a in AGE_BUCKETS]
+def collect_file(
+    path: str | os.PathLike[str] | EventReader, *, progress: Progress | None = None
+) -> ReportData:
+    """:func:`collect` over a trace file, read once in typed blocks."""
+    source = path.path if isinstance(path, EventReader) else path
+    data = ReportData(str(source))
+    data.cost, _ = run_file(path, [CostAnalysis(), ReportSeries(data)], progress=progress)
+    return data
 
 
 def _thin(points: list[tuple[float, int]]) -> list[tuple[float, int]]:

@@ -13,7 +13,7 @@ import reprlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 import orjson
@@ -42,6 +42,9 @@ class FieldType:
     name: str
     check: Callable[[Any], str | None]
     schema: Mapping[str, Any]
+    #: The same rule as a msgspec type, so typed readers enforce it in C
+    #: (:mod:`otel_rollout.events`); a test checks the two agree on hostile input.
+    shape: Any = Any
 
 
 def _is_int(v: Any) -> bool:
@@ -80,47 +83,64 @@ def _tokens_by_version(v: Any) -> str | None:
     if not isinstance(v, dict):
         return "must be an object of version → tokens"
     for key, n in v.items():
-        if not (key.isdigit() and key.isascii()):
-            return f"key {key!r} must be a version as a decimal string"
+        if not (key.isdigit() and key.isascii() and (key[0] != "0" or key == "0")):
+            return f"key {key!r} must be a version as a decimal string (no leading zeros)"
         if not (_is_int(n) and n >= 0):
             return f"tokens for version {key} must be an integer ≥ 0"
     return None
 
 
 _ID_SCHEMA = {"type": ["string", "integer"]}
+_GE0 = Annotated[int, msgspec.Meta(ge=0)]
 
-INT = FieldType("integer", lambda v: _need(_is_int(v), "an integer"), {"type": "integer"})
+INT = FieldType("integer", lambda v: _need(_is_int(v), "an integer"), {"type": "integer"}, int)
 COUNT = FieldType(
     "integer ≥ 0",
     lambda v: _need(_is_int(v) and v >= 0, "an integer ≥ 0"),
     {"type": "integer", "minimum": 0},
+    _GE0,
 )
 VERSION = FieldType(
     "version (integer ≥ 0)",
     lambda v: _need(_is_int(v) and v >= 0, "a weight version (an integer ≥ 0)"),
     {"type": "integer", "minimum": 0},
+    _GE0,
 )
 SIZE = FieldType(
     "integer ≥ 1",
     lambda v: _need(_is_int(v) and v >= 1, "an integer ≥ 1"),
     {"type": "integer", "minimum": 1},
+    Annotated[int, msgspec.Meta(ge=1)],
 )
-NUMBER = FieldType("number", lambda v: _need(_is_number(v), "a finite number"), {"type": "number"})
+NUMBER = FieldType(
+    "number",
+    lambda v: _need(_is_number(v), "a finite number"),
+    {"type": "number"},
+    float,
+)
 SECONDS = FieldType(
     "seconds (number ≥ 0)",
     lambda v: _need(_is_number(v) and v >= 0, "a number of seconds ≥ 0"),
     {"type": "number", "minimum": 0},
+    Annotated[float, msgspec.Meta(ge=0)],
 )
 OPTIONAL_NUMBER = FieldType(
     "number or null",
     lambda v: _need(v is None or _is_number(v), "a finite number or null"),
     {"type": ["number", "null"]},
+    float | None,
 )
-STRING = FieldType("string", lambda v: _need(isinstance(v, str), "a string"), {"type": "string"})
+STRING = FieldType(
+    "string",
+    lambda v: _need(isinstance(v, str), "a string"),
+    {"type": "string"},
+    str,
+)
 ID = FieldType(
     "string",
     lambda v: _need(isinstance(v, str) and v != "", "a non-empty string"),
     {"type": "string", "minLength": 1},
+    Annotated[str, msgspec.Meta(min_length=1)],
 )
 STRINGS = FieldType(
     "list of strings",
@@ -128,13 +148,25 @@ STRINGS = FieldType(
         isinstance(v, list) and all(isinstance(s, str) for s in v), "a list of strings"
     ),
     {"type": "array", "items": {"type": "string"}},
+    list[str],
 )
-OBJECT = FieldType("object", lambda v: _need(isinstance(v, dict), "an object"), {"type": "object"})
-ANY = FieldType("any", lambda v: None, {})
+OBJECT = FieldType(
+    "object",
+    lambda v: _need(isinstance(v, dict), "an object"),
+    {"type": "object"},
+    dict[str, Any],
+)
+ANY = FieldType(
+    "any",
+    lambda v: None,
+    {},
+    msgspec.Raw,
+)
 SCHEMA_CONST = FieldType(
     f"{SCHEMA_VERSION}",
     lambda v: _need(_is_int(v) and v == SCHEMA_VERSION, f"{SCHEMA_VERSION}"),
     {"const": SCHEMA_VERSION},
+    Literal[1],
 )
 CALLS = FieldType(
     "list of [call_id, began_version, tokens]",
@@ -152,6 +184,7 @@ CALLS = FieldType(
             "maxItems": 3,
         },
     },
+    list[tuple[Any, _GE0, _GE0]],
 )
 CUTS = FieldType(
     "list of [call_id, tokens_so_far]",
@@ -165,15 +198,17 @@ CUTS = FieldType(
             "maxItems": 2,
         },
     },
+    list[tuple[Any, _GE0]],
 )
 TOKENS_BY_VERSION = FieldType(
     "object: version (decimal string) → tokens",
     _tokens_by_version,
     {
         "type": "object",
-        "propertyNames": {"pattern": "^[0-9]+$"},
+        "propertyNames": {"pattern": "^(0|[1-9][0-9]*)$"},
         "additionalProperties": {"type": "integer", "minimum": 0},
     },
+    dict[_GE0, _GE0],  # msgspec reads canonical decimal keys as ints, of any size
 )
 
 
@@ -184,6 +219,18 @@ class EventKind:
     doc: str
     required: Mapping[str, FieldType]
     optional: Mapping[str, FieldType] = field(default_factory=dict)
+    #: A rule across fields, given a field getter: the problem, or None.  Readers apply it too.
+    rule: Callable[[Callable[[str], Any]], str | None] | None = None
+
+
+def _seal_sums(get: Callable[[str], Any]) -> str | None:
+    """A seal's ``tokens`` is the sum of its ``tokens_by_version``, when it has one."""
+    by_version = get("tokens_by_version")
+    if by_version is None or sum(by_version.values()) == get("tokens"):
+        return None
+    return (
+        f"tokens ({get('tokens')}) is not the sum of tokens_by_version ({sum(by_version.values())})"
+    )
 
 
 COMMON_FIELDS: Mapping[str, FieldType] = {"t": NUMBER, "run_id": ID, "event": ID}
@@ -211,6 +258,7 @@ EVENTS: Mapping[str, EventKind] = {
         "The group is published: complete and trainable.",
         {**_GROUP, "tokens": COUNT},
         {"tokens_by_version": TOKENS_BY_VERSION},
+        _seal_sums,
     ),
     "group.discard": EventKind(
         "The group is dropped (stale, failed, stop, ...).", {**_GROUP, "reason": ID}
@@ -281,6 +329,10 @@ def problems(event: Any) -> list[str]:
         return found
     _check_fields(event, kind.required, True, found)
     _check_fields(event, kind.optional, False, found)
+    if kind.rule is not None and not found:
+        problem = kind.rule(event.get)
+        if problem is not None:
+            found.append(problem)
     return found
 
 

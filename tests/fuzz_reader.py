@@ -15,7 +15,7 @@ import atheris
 
 with atheris.instrument_imports():
     from otel_rollout.batch_age import batch_age_by_step
-    from otel_rollout.cost import CostEvent, analyze, analyze_batches
+    from otel_rollout.cost import analyze, analyze_file
     from otel_rollout.reader import EventReader
     from otel_rollout.schema import problems
 
@@ -31,8 +31,11 @@ def one_input(data: bytes) -> None:
         problems(event)
     batch_age_by_step(events, on_malformed=lambda *a: None)
     analyze(events)
-    typed = EventReader(_PATH, on_skip=lambda *a: None, as_type=CostEvent)
-    analyze_batches(typed.batches())
+    analyze_file(EventReader(_PATH, on_skip=lambda *a: None, typed=True), on_warning=_quiet)
+
+
+def _quiet(where: object, message: str) -> None:
+    pass
 
 
 if __name__ == "__main__":

@@ -109,7 +109,7 @@ class TestBatchAge:
         n = len(trace_file.read_bytes().splitlines())
         proc = cli("batch-age", str(trace_file))
         assert proc.returncode == 0
-        assert f"{trace_file}:{n}: train.step: missing field" in proc.stderr
+        assert f"{trace_file}:{n}: train.step: missing required field" in proc.stderr
 
 
 class TestValidate:

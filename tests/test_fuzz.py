@@ -16,7 +16,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from otel_rollout.cli import run
-from otel_rollout.cost import CostEvent
 from otel_rollout.reader import EventReader, read_events
 from otel_rollout.testing import OtlpReceiver, synthetic_trace
 
@@ -99,7 +98,8 @@ class TestReaders:
         path.write_bytes(data.draw(hostile_file(valid_events)))
         for reader in (
             EventReader(path, on_skip=lambda *a: None),
-            EventReader(path, on_skip=lambda *a: None, as_type=CostEvent),
+            EventReader(path, on_skip=lambda *a: None, typed=True),
+            EventReader(path, on_skip=lambda *a: None, validate=True),
         ):
             events = [e for batch in reader.batches() for e in batch]
             assert len(events) + reader.skipped <= reader.lines

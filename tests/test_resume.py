@@ -9,8 +9,8 @@ import pytest
 
 from otel_rollout import reader as reader_module
 from otel_rollout.batch_age import batch_age_by_step
-from otel_rollout.cost import CostEvent, analyze, analyze_batches
-from otel_rollout.reader import EventReader, read_events
+from otel_rollout.cost import analyze, analyze_file
+from otel_rollout.reader import read_events
 from otel_rollout.schema import problems
 
 FAST = ["--steps", "14", "--speed", "2", "--quiet"]
@@ -141,7 +141,7 @@ class TestCostOfTheDemo:
         _, _, log_dir = demo
         path = log_dir / "rollout_trace.jsonl"
         monkeypatch.setattr(reader_module, "_CHUNK", block)
-        fast = analyze_batches(EventReader(path, as_type=CostEvent).batches())
+        fast = analyze_file(path)
         assert fast.report() == analyze(read_events(path)).report()
         assert fast.boundaries and fast.tokens_generated > 0
 

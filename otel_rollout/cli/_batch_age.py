@@ -6,11 +6,12 @@ import argparse
 import logging
 import math
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, TextIO
 
-from ..batch_age import AGE_BUCKETS, BATCH_AGE_EVENTS, StepAge, step_ages
-from ._common import check_is_trace, print_json, trace_reader
+from ..age import AGE_BUCKETS, StepAge
+from ..analysis import BATCH_AGE_EVENTS, StepAges, run_file
+from ._common import check_is_trace, print_json, trace_reader, without_cyclic_gc
 
 _log = logging.getLogger("otel_rollout")
 
@@ -36,23 +37,12 @@ def add_parser(commands: Any) -> None:
 def load_steps(path: str, *, progress: bool = True) -> list[StepAge]:
     """Read a trace's steps and seals only, and compute every step's batch age.
 
-    Malformed seals and steps are skipped with a warning naming their line.
+    Lines that are not valid events are skipped with a warning naming their line.
     """
-    reader = trace_reader(path, kinds=BATCH_AGE_EVENTS, progress=progress)
-    where = [0, 0]  # the current line number, events seen
-
-    def events() -> Iterator[dict[str, Any]]:
-        for lineno, event in reader.numbered():
-            where[0] = lineno
-            where[1] += 1
-            yield event
-
-    def malformed(event: dict[str, Any], reason: str) -> None:
-        _log.warning("%s:%d: %s: %s; skipped", path, where[0], event.get("event"), reason)
-
-    rows = step_ages(events(), on_malformed=malformed)
-    check_is_trace(reader, where[1])
-    return rows
+    reader = trace_reader(path, kinds=BATCH_AGE_EVENTS, progress=progress, typed=True)
+    [rows] = run_file(reader, [StepAges()])
+    check_is_trace(reader, reader.events)
+    return rows  # type: ignore[no-any-return]
 
 
 def step_record(row: StepAge) -> dict[str, Any]:
@@ -106,6 +96,7 @@ def write_table(rows: Sequence[StepAge], out: TextIO) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    without_cyclic_gc()
     rows = load_steps(args.file)
     if args.json:
         for row in rows:

@@ -7,8 +7,8 @@ import sys
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
-from ..cost import CostEvent, CostReport, analyze_batches
-from ._common import checked_batches, print_json, trace_reader
+from ..cost import CostReport, analyze_file
+from ._common import check_is_trace, print_json, trace_reader, without_cyclic_gc
 
 
 def add_parser(commands: Any) -> None:
@@ -37,8 +37,10 @@ def add_parser(commands: Any) -> None:
 
 
 def load_report(path: str, window: int = 5, progress: bool = True) -> CostReport:
-    reader = trace_reader(path, progress=progress, as_type=CostEvent)
-    return analyze_batches(checked_batches(reader), window=window)
+    reader = trace_reader(path, progress=progress, typed=True)
+    report = analyze_file(reader, window=window)
+    check_is_trace(reader, reader.events)
+    return report
 
 
 def _fmt(value: Any, unit: str = "") -> str:
@@ -107,6 +109,7 @@ def write_report(report: CostReport, out: TextIO) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    without_cyclic_gc()
     report = load_report(args.file, args.window)
     if args.json:
         print_json(report.report(), indent=True)

@@ -101,7 +101,7 @@ def _replay(args: argparse.Namespace, chosen: OtelSettings) -> Telemetry:
 
     # Spans only: metrics pushed now would carry today's time, not the file's.
     telemetry = Telemetry(replace(chosen, metrics=frozenset()), end_other_runs=True)
-    for batch in checked_batches(trace_reader(args.file)):
+    for batch in checked_batches(trace_reader(args.file, validate=True)):
         telemetry.export(batch)
     telemetry.finish("run.stopped")
     return telemetry

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..report import collect, render_html, write_pngs
-from ._common import CliError, checked_events, trace_reader
+from ..report import collect_file, render_html, write_pngs
+from ._common import CliError, check_is_trace, trace_reader, without_cyclic_gc
 
 
 def add_parser(commands: Any) -> None:
@@ -34,7 +34,10 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    data = collect(checked_events(trace_reader(args.file)), source=str(args.file))
+    without_cyclic_gc()
+    reader = trace_reader(args.file, typed=True)
+    data = collect_file(reader)
+    check_is_trace(reader, reader.events)
     try:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(render_html(data), encoding="utf-8")

@@ -7,6 +7,7 @@ import sys
 from collections import Counter
 from typing import Any
 
+from ..analysis.state import never_sealed
 from ..schema import problems
 from ._common import check_is_trace, print_json, trace_reader
 
@@ -68,10 +69,21 @@ def run(args: argparse.Namespace) -> int:
 
     reader = trace_reader(args.file, on_skip=on_skip)
     kinds: Counter[str] = Counter()
+    sealed: set[str] = set()  # groups sealed so far, for the steps that name them
     for lineno, event in reader.numbered():
-        kinds[str(event.get("event"))] += 1
-        for problem in problems(event):
+        kind = event.get("event")
+        kinds[str(kind)] += 1
+        found = problems(event)
+        for problem in found:
             report.add(lineno, warn if problem.startswith(_UNKNOWN) else "error", problem)
+        if found:
+            continue
+        if kind == "group.seal":
+            sealed.add(event["group_id"])
+        elif kind == "train.step":
+            unsealed = never_sealed(event["step"], event["group_ids"], sealed)
+            if unsealed is not None:
+                report.add(lineno, warn, unsealed)
     check_is_trace(reader, sum(kinds.values()))
     errors, warnings = report.counts["error"], report.counts["warning"]
     shown = sum(report.counts.values())

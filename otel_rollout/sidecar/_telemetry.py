@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
 
 from .. import _providers
-from ..batch_age import LiveBatchAge
+from ..age import LiveBatchAge
 from ..metrics import MetricsExporter
 from ..otel import OtelSettings
 from ..spans import SpanBuilder

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..batch_age import RefitCuts, batch_age_group_metrics, pop_batch_age
+from ..age import RefitCuts, batch_age_group_metrics, pop_batch_age
 from ..trace import RolloutTrace
 from . import _snapshot
 from ._engine import EngineFull, FakeEngine

@@ -1,0 +1,293 @@
+"""Batch age arithmetic: token-weighted policy updates between generating a token and
+training on it.
+
+This module is the one implementation of the arithmetic (SPEC §5).  The live
+path (a controller calls :func:`batch_age_group_metrics` per published group
+and :func:`pop_batch_age` per step; the Prometheus gauge feeds
+:class:`LiveBatchAge`) and the offline path (the analysis engine over a trace
+file) share :func:`step_age` and :func:`batch_age`, so both give the same float
+for every step.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .events import from_object
+
+_log = logging.getLogger("otel_rollout")
+
+__all__ = [
+    "AGE_BUCKETS",
+    "BATCH_AGE_EVENTS",
+    "BATCH_AGE_TOKENS_METRIC",
+    "BATCH_AGE_VERSION_SUM_METRIC",
+    "LiveBatchAge",
+    "RefitCuts",
+    "StepAge",
+    "batch_age",
+    "batch_age_group_metrics",
+    "call_tokens_by_version",
+    "pop_batch_age",
+    "seal_counts",
+    "step_age",
+]
+
+BATCH_AGE_TOKENS_METRIC = "batch_age/trained_tokens"
+BATCH_AGE_VERSION_SUM_METRIC = "batch_age/token_version_sum"
+
+#: The only event kinds batch age needs; readers may skip every other line unparsed.
+BATCH_AGE_EVENTS = frozenset({"group.seal", "train.step"})
+
+#: Token ages reported separately; the last bucket holds this age and older.
+AGE_BUCKETS = (0, 1, 2, 3)
+
+
+def call_tokens_by_version(
+    began_version: int, tokens: int, cuts: Sequence[tuple[int, int]] = ()
+) -> dict[int, int]:
+    """Split one call's tokens by the version that generated them.
+
+    ``cuts`` are ``(tokens_so_far, new_version)`` in refit order.  Cut counts
+    are clamped into ``[previous cut, tokens]``; zero-token pieces are left out.
+    """
+    counts: dict[int, int] = {}
+    version, start = began_version, 0
+    for at, new_version in cuts:
+        at = min(max(at, start), tokens)
+        if at > start:
+            counts[version] = counts.get(version, 0) + at - start
+        version, start = new_version, at
+    if tokens > start:
+        counts[version] = counts.get(version, 0) + tokens - start
+    return counts
+
+
+class RefitCuts:
+    """Where each running captured call switched weights, until its group publishes.
+
+    vLLM keeps running calls across a refit, so a call's tokens after the
+    refit come from the new weights.  Record every refit's paused calls, then
+    ask for a published group's counts with :meth:`tokens_by_version`.
+    """
+
+    def __init__(self) -> None:
+        self._cuts: dict[Any, list[tuple[int, int]]] = {}
+        self._first_replaced: dict[Any, int] = {}
+
+    def __len__(self) -> int:
+        """How many calls have recorded cuts (what the controller is holding on to)."""
+        return len(self._cuts)
+
+    def record(
+        self, replaced_version: int, new_version: int, calls: Iterable[Sequence[Any]]
+    ) -> None:
+        """Record how many tokens each call had when the refit ``replaced_version → new_version``
+        paused it; ``calls`` holds ``(call_id, tokens_so_far)`` pairs."""
+        for call in calls:
+            call_id, tokens_so_far = call[0], call[1]
+            cuts = self._cuts.get(call_id)
+            if cuts is None:
+                self._cuts[call_id] = [(int(tokens_so_far), new_version)]
+                self._first_replaced[call_id] = replaced_version
+            else:
+                cuts.append((int(tokens_so_far), new_version))
+
+    def forget_before(self, oldest_trainable_version: int) -> None:
+        """Drop calls whose group cannot be trained any more.
+
+        A call began on or before the version its first refit replaced, and
+        its group no later than the call, so the group is too old to train
+        when that version is.
+        """
+        stale = [c for c, r in self._first_replaced.items() if r < oldest_trainable_version]
+        for call_id in stale:
+            del self._cuts[call_id]
+            del self._first_replaced[call_id]
+
+    def snapshot(self) -> dict[str, Any]:
+        """The recorded cuts as JSON-ready data, for a rollout snapshot."""
+        return {
+            "cuts": {str(c): [list(cut) for cut in cuts] for c, cuts in self._cuts.items()},
+            "first_replaced": {str(c): r for c, r in self._first_replaced.items()},
+        }
+
+    @classmethod
+    def restore(cls, state: dict[str, Any]) -> RefitCuts:
+        """Cuts as :meth:`snapshot` saved them (call IDs come back as strings)."""
+        cuts = cls()
+        cuts._cuts = {c: [(int(a), int(v)) for a, v in cs] for c, cs in state["cuts"].items()}
+        cuts._first_replaced = {c: int(r) for c, r in state["first_replaced"].items()}
+        return cuts
+
+    def tokens_by_version(self, call_versions: Iterable[tuple[Any, int, int]]) -> dict[int, int]:
+        """A published group's trained tokens by the weight version that made them.
+
+        ``call_versions`` holds each trained call's ID, the version it began
+        on and the tokens it generated.  A call's tokens count under the
+        version it began on until a refit paused it, and under the version
+        that refit installed from there on.  The calls are forgotten.
+        """
+        counts: dict[int, int] = {}
+        for call_id, began_version, tokens in call_versions:
+            cuts = self._cuts.pop(call_id, ())
+            self._first_replaced.pop(call_id, None)
+            for version, n in call_tokens_by_version(began_version, tokens, cuts).items():
+                counts[version] = counts.get(version, 0) + n
+        return counts
+
+
+def batch_age_group_metrics(counts: dict[int, int]) -> dict[str, int]:
+    """A published group's share of its step's batch age, as two sums."""
+    return {
+        BATCH_AGE_TOKENS_METRIC: sum(counts.values()),
+        BATCH_AGE_VERSION_SUM_METRIC: sum(int(v) * n for v, n in counts.items()),
+    }
+
+
+def batch_age(trained_version: int, tokens: int, version_sum: int) -> float | None:
+    """``trained_version − version_sum / tokens``, or None when there are no tokens."""
+    if tokens <= 0:
+        return None
+    try:
+        return trained_version - version_sum / tokens  # the reference's arithmetic, to the bit
+    except OverflowError:
+        # Versions past what a float holds (2**1024): one division of exact integers gives
+        # the age between them, correctly rounded, instead of a traceback.
+        try:
+            return (trained_version * tokens - version_sum) / tokens
+        except OverflowError:  # the age itself is past the float range
+            return math.inf if trained_version * tokens > version_sum else -math.inf
+
+
+def pop_batch_age(per_group_metrics: dict[str, list[Any]], trained_version: int) -> float | None:
+    """Remove the step's batch-age sums and return its batch age, if it has tokens.
+
+    ``per_group_metrics`` holds the step's rollout metrics, one value per
+    group; ``trained_version`` is the policy version the step updates.
+    """
+    tokens = per_group_metrics.pop(BATCH_AGE_TOKENS_METRIC, None) or []
+    version_sum = per_group_metrics.pop(BATCH_AGE_VERSION_SUM_METRIC, None) or []
+    return batch_age(trained_version, sum(tokens), sum(version_sum))
+
+
+@dataclass
+class StepAge:
+    """One training step's batch age and the token-age distribution behind it."""
+
+    step: int
+    trained_version: int
+    groups: int
+    tokens: int
+    batch_age: float | None
+    tokens_by_age: dict[int, int] = field(default_factory=dict)
+    run_id: str | None = None
+    t: float | None = None
+    logged_batch_age: float | None = None
+
+    def share(self, age: int) -> float:
+        """Share of this step's tokens at ``age`` (the last bucket: that age or older)."""
+        return self.tokens_by_age.get(age, 0) / self.tokens if self.tokens else 0.0
+
+
+Seals = Mapping[str, Mapping[int, int]]  # group_id → its sealed tokens by version
+
+
+def seal_counts(tokens_by_version: Mapping[Any, int] | None) -> dict[int, int]:
+    """A seal's ``tokens_by_version`` keyed by version as an int (a typed event's already
+    are; a dict's are decimal strings, as in the file)."""
+    return {int(v): n for v, n in tokens_by_version.items()} if tokens_by_version else {}
+
+
+def step_age(
+    step: int,
+    trained_version: int,
+    group_ids: Sequence[str],
+    seals: Seals,
+    *,
+    run_id: str | None = None,
+    t: float | None = None,
+    logged_batch_age: float | None = None,
+) -> StepAge:
+    """A step's :class:`StepAge` from its groups' sealed counts: the one computation the
+    live gauge, the trackers and every offline analysis use."""
+    tokens = version_sum = 0
+    by_age: dict[int, int] = {}
+    top = AGE_BUCKETS[-1]
+    for group_id in group_ids:
+        counts = seals.get(group_id)
+        if counts:
+            for version, n in counts.items():
+                tokens += n
+                version_sum += version * n
+                age = trained_version - version
+                age = top if age > top else 0 if age < 0 else age
+                by_age[age] = by_age.get(age, 0) + n
+    return StepAge(
+        step=step,
+        trained_version=trained_version,
+        groups=len(group_ids),
+        tokens=tokens,
+        batch_age=batch_age(trained_version, tokens, version_sum),
+        tokens_by_age=by_age,
+        run_id=run_id,
+        t=t,
+        logged_batch_age=logged_batch_age,
+    )
+
+
+OnMalformed = Callable[[dict[str, Any], str], None]
+
+
+def _log_malformed(event: dict[str, Any], reason: str) -> None:
+    _log.warning("skipping a malformed %s event: %s", event.get("event"), reason)
+
+
+class LiveBatchAge:
+    """Batch age as events arrive, with the same code as the offline analyses.
+
+    The live counterpart for a running process: feed it every event (a dict);
+    a ``train.step`` returns that step's :class:`StepAge`.  Seals and steps
+    are checked by the schema's rules (:func:`otel_rollout.events.from_object`)
+    and malformed ones go to ``on_malformed(event, reason)``.  Trained and
+    discarded groups are forgotten, so memory is bounded by the groups in flight.
+    """
+
+    def __init__(self, on_malformed: OnMalformed | None = None) -> None:
+        self._groups: dict[str, dict[int, int]] = {}
+        self._report = on_malformed or _log_malformed
+
+    def observe(self, event: dict[str, Any]) -> StepAge | None:
+        kind = event.get("event")
+        if kind not in _LIVE_KINDS:
+            return None
+        typed, problem = from_object(event)
+        if typed is None:
+            if problem is not None:
+                self._report(event, problem)
+            return None
+        if kind == "group.seal":
+            self._groups[typed.group_id] = seal_counts(typed.tokens_by_version)
+        elif kind == "group.discard":
+            self._groups.pop(typed.group_id, None)
+        else:
+            row = step_age(
+                typed.step,
+                typed.trained_version,
+                typed.group_ids,
+                self._groups,
+                run_id=typed.run_id,
+                t=typed.t,
+                logged_batch_age=typed.batch_age,
+            )
+            for group_id in typed.group_ids:
+                self._groups.pop(group_id, None)
+            return row
+        return None
+
+
+_LIVE_KINDS = frozenset({"group.seal", "group.discard", "train.step"})

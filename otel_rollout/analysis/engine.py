@@ -1,0 +1,222 @@
+"""The one pass: events in one typed shape → shared state → every analysis at once.
+
+An analysis is one class (:class:`Analysis`): the event kinds it reads, a
+handler per kind, an optional hook for each stop between runs, and its
+result.  :func:`run_file` reads a trace file once for any number of them;
+:func:`run_events` does the same for events already in memory (dicts or the
+schema's structs).  Every event is checked by the schema's rules on the way
+in (:mod:`otel_rollout.events`): what ``validate`` calls an error is skipped
+with a warning naming its line, so every analysis reads the same events.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from .. import events
+from ..reader import MAX_WARNINGS, EventReader, EventStream, Progress
+from .state import State, Stop
+
+__all__ = ["Analysis", "Engine", "OnWarning", "run_events", "run_file"]
+
+_log = logging.getLogger("otel_rollout")
+
+#: ``(where, message)``: ``where`` is a line number, or ``"event N"`` for events in memory.
+OnWarning = Callable[[int | str, str], None]
+#: Up to this many kinds, the reader searches blocks for them instead of parsing every line.
+_FEW_KINDS = 4
+
+
+class Analysis:
+    """One view of a trace, fed by the engine's single pass (subclass it).
+
+    * ``kinds``: the event kinds it reads (``None``: every kind).  The engine
+      reads only the union of its analyses' kinds, and the shared state follows
+      only those; a few kinds let the reader skip other lines unparsed.
+    * :meth:`handlers`: ``{kind: handler(event)}``.  A handler sees the event as
+      the schema's struct (``e.event``, ``e.t``, ``e.run_id`` and the kind's
+      fields, valid by the schema's rules) while :attr:`state` is as it was
+      before the event.
+    * :meth:`stop`: a run ended and the next run in the file began.
+    * :meth:`result`: what the analysis found, once the last event is read.
+
+    :attr:`state` (:class:`~otel_rollout.analysis.state.State`) is shared by
+    every analysis of the pass and set before the first event.
+    """
+
+    kinds: frozenset[str] | None = None
+    state: State
+
+    def handlers(self) -> Mapping[str, Callable[[Any], None]]:
+        return {}
+
+    def stop(self, stop: Stop) -> None:
+        """A run stopped and another began (the new run's first event is next)."""
+
+    def result(self) -> Any:
+        raise NotImplementedError
+
+
+class Engine:
+    """Runs analyses over batches of typed events in one pass."""
+
+    def __init__(self, analyses: Sequence[Analysis], on_warning: OnWarning) -> None:
+        self.analyses = list(analyses)
+        self._on_warning = on_warning
+        self._batch: tuple[Sequence[Any], int | Sequence[int]] = ((), 0)
+        self.state = State(self._warn)
+        kinds: set[str] | None = set()
+        for analysis in self.analyses:
+            analysis.state = self.state
+            if analysis.kinds is None or kinds is None:
+                kinds = None
+            else:
+                kinds |= analysis.kinds
+        self.kinds = frozenset(kinds) if kinds is not None else None
+        table: dict[str, list[Callable[[Any], None]]] = {}
+        for analysis in self.analyses:
+            for kind, handler in analysis.handlers().items():
+                table.setdefault(kind, []).append(handler)
+        for kind, handler in self.state.appliers().items():
+            if self.kinds is None or kind in self.kinds:
+                table.setdefault(kind, []).append(handler)  # after the analyses: see State
+        self._table = {kind: tuple(handlers) for kind, handlers in table.items()}
+        self._stops = [a.stop for a in self.analyses if type(a).stop is not Analysis.stop]
+
+    def _warn(self, event: Any, message: str) -> None:
+        """A problem the pass found with ``event``, reported with its line."""
+        batch, lines = self._batch
+        i = next((n for n, e in enumerate(batch) if e is event), 0)  # rare: search, not track
+        self._on_warning(lines + i if isinstance(lines, int) else lines[i], message)
+
+    def feed(self, batches: Iterable[tuple[Sequence[Any], int | Sequence[int]]]) -> None:
+        """Every event of ``batches``: ``(events, where)`` with ``where`` the first event's
+        line (consecutive lines) or one line per event."""
+        state, table, stops = self.state, self._table, self._stops
+        empty: tuple[Callable[[Any], None], ...] = ()
+        run = state.run
+        run_id, last_t = (run.run_id, run.last_t) if run is not None else (None, 0.0)
+        for item in batches:
+            self._batch = item
+            for e in item[0]:
+                if e.run_id != run_id:
+                    if run is not None:
+                        run.last_t = last_t
+                    stop = state.begin(e)
+                    run, run_id, last_t = state.run, e.run_id, e.t
+                    if stop is not None:
+                        for hook in stops:
+                            hook(stop)
+                elif e.t > last_t:
+                    last_t = e.t
+                for handler in table.get(e.event, empty):
+                    handler(e)
+            if run is not None:  # the state is whole between batches
+                run.last_t = last_t
+
+    def results(self) -> list[Any]:
+        return [a.result() for a in self.analyses]
+
+
+def _file_warner(path: str | os.PathLike[str]) -> tuple[OnWarning, Callable[[], None]]:
+    """The default warning: the first few logged with the file and line, then a count."""
+    seen = [0]
+
+    def warn(where: int | str, message: str) -> None:
+        seen[0] += 1
+        if seen[0] <= MAX_WARNINGS:
+            _log.warning("%s:%s: %s", path, where, message)
+
+    def done() -> None:
+        if seen[0] > MAX_WARNINGS:
+            _log.warning("%s: %d more warnings (%d in all)", path, seen[0] - MAX_WARNINGS, seen[0])
+
+    return warn, done
+
+
+def run_file(
+    path: str | os.PathLike[str] | EventReader,
+    analyses: Sequence[Analysis],
+    *,
+    on_warning: OnWarning | None = None,
+    progress: Progress | None = None,
+) -> list[Any]:
+    """Read a trace file once for every analysis; their results, in order.
+
+    Lines that are not valid events (by the schema's rules) are skipped with a
+    warning naming the line; so are the problems the pass itself finds (a
+    step naming groups that never sealed).  ``path`` may be an unstarted
+    :class:`~otel_rollout.reader.EventReader` made with ``typed=True``.
+    """
+    done: Callable[[], None] = lambda: None  # noqa: E731
+    if on_warning is None:
+        source = path.path if isinstance(path, EventReader) else path
+        on_warning, done = _file_warner(source)
+    engine = Engine(analyses, on_warning)
+    if isinstance(path, EventReader):
+        reader = path
+    else:
+        few = engine.kinds is not None and len(engine.kinds) <= _FEW_KINDS
+        reader = EventReader(
+            path,
+            typed=True,
+            kinds=engine.kinds if few else None,
+            on_skip=lambda line, why: on_warning(line, f"{why}; skipped"),  # type: ignore[misc]
+            progress=progress,
+        )
+    engine.feed(reader.numbered_batches())
+    done()
+    return engine.results()
+
+
+def run_events(
+    stream: Iterable[Any],
+    analyses: Sequence[Analysis],
+    *,
+    on_warning: OnWarning | None = None,
+) -> list[Any]:
+    """As :func:`run_file`, for events in memory: dicts (as :func:`read_events` yields
+    them) or the schema's structs, in file order.  An unstarted ``read_events(path)``
+    is read as its file, with the least work."""
+    if isinstance(stream, EventStream) and not stream.started and stream.reader.kinds is None:
+        return run_file(stream.reader.path, analyses, on_warning=on_warning)
+    if on_warning is None:
+        on_warning, done = _file_warner("<events>")
+    else:
+        done = lambda: None  # noqa: E731
+    engine = Engine(analyses, on_warning)
+    engine.feed(_checked(stream, on_warning))
+    done()
+    return engine.results()
+
+
+def _checked(stream: Iterable[Any], on_warning: OnWarning) -> Iterator[tuple[list[Any], int]]:
+    """Events in memory as typed events, checked as a file's lines are, in batches."""
+    batch: list[Any] = []
+    first = 1
+    n = 0
+    types = tuple(events.EVENT_TYPES.values())
+    for value in stream:
+        n += 1
+        if isinstance(value, types):
+            event: Any = value
+        else:
+            event, why = events.from_object(value)
+            if event is None:
+                if why is not None:
+                    on_warning(f"event {n}", f"{why}; skipped")
+                if batch:
+                    yield batch, first
+                    batch = []
+                first = n + 1
+                continue
+        batch.append(event)
+        if len(batch) >= 1024:
+            yield batch, first
+            batch = []
+            first = n + 1
+    if batch:
+        yield batch, first
