@@ -18,6 +18,7 @@ module and checks that they agree on every line.
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Mapping
 from typing import Any, ClassVar, Union
 
@@ -25,7 +26,15 @@ import msgspec
 
 from . import schema
 
-__all__ = ["DECODER", "EVENT_TYPES", "Event", "decode_lines", "from_line", "from_object"]
+__all__ = [
+    "DECODER",
+    "EVENT_TYPES",
+    "Event",
+    "decode_lines",
+    "decode_plain",
+    "from_line",
+    "from_object",
+]
 
 _UNKNOWN = "unknown event kind"
 
@@ -72,16 +81,39 @@ DECODER: msgspec.json.Decoder[Any] = msgspec.json.Decoder(Event)
 _plain: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
 
 
-def decode_lines(block: bytes | memoryview) -> list[Any]:
+def decode_lines(block: bytes) -> list[Any]:
     """Every line of a block of whole lines as events, in one call; raises
     ``msgspec.ValidationError``/``DecodeError`` if any line does not fit (then
     take the lines one by one through :func:`from_line`)."""
+    if not block.isascii():
+        check_utf8(block)
     return DECODER.decode_lines(block)
 
 
 def decode(line: bytes) -> Any:
-    """One line as an event (the fast path; raises as :func:`decode_lines` does)."""
+    """One line as an event (the fast path; raises as :func:`decode_lines` does).
+
+    msgspec skips a field it does not know without checking its bytes are UTF-8;
+    a plain JSON parse (``validate``'s) would refuse the line, so this does too.
+    """
+    if not line.isascii():
+        check_utf8(line)
     return DECODER.decode(line)
+
+
+def check_utf8(data: bytes | memoryview) -> None:
+    """Raise ``msgspec.DecodeError`` unless ``data`` is UTF-8 (one C pass; ASCII is the
+    common case and callers test ``isascii()`` first)."""
+    try:
+        codecs.utf_8_decode(data, "strict", True)
+    except UnicodeDecodeError as exc:
+        raise msgspec.DecodeError(f"Invalid UTF-8 ({exc.reason} at byte {exc.start})") from None
+
+
+def decode_plain(line: bytes) -> Any:
+    """A line as plain JSON values, integers of any size exact (orjson refuses past 64
+    bits); raises ``msgspec.DecodeError`` for what is not JSON."""
+    return _plain.decode(line)
 
 
 def from_line(line: bytes) -> tuple[Any, str | None]:
@@ -89,8 +121,8 @@ def from_line(line: bytes) -> tuple[Any, str | None]:
     warning, ``(None, None)`` for one to ignore (blank, or of a kind this version does
     not know)."""
     try:
-        return DECODER.decode(line), None
-    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        return decode(line), None
+    except (msgspec.DecodeError, RecursionError):
         pass
     try:
         value = _plain.decode(line)

@@ -52,7 +52,14 @@ def _is_int(v: Any) -> bool:
 
 
 def _is_number(v: Any) -> bool:
-    return (_is_int(v) or isinstance(v, float)) and math.isfinite(v)
+    """A finite number a float can hold (an integer past ~1.8e308 cannot)."""
+    if _is_int(v):
+        try:
+            float(v)
+        except OverflowError:
+            return False
+        return True
+    return isinstance(v, float) and math.isfinite(v)
 
 
 def _need(ok: bool, what: str) -> str | None:

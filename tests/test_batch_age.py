@@ -222,7 +222,7 @@ class TestBatchAgeByStep:
         b.step(1, 1, ["g"])
         seen = []
         assert batch_age_by_step(b.events, on_malformed=lambda e, why: seen.append(why)) == {1: 1.0}
-        assert seen == ["missing required field 'trained_version'; skipped"]
+        assert seen == ["train.step: missing required field 'trained_version'; skipped"]
 
     @settings(max_examples=200)
     @given(

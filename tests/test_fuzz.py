@@ -200,3 +200,64 @@ def test_atheris_harness_runs_clean(tmp_path):
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def _validate_lines(path: Path) -> dict[int, str]:
+    """The lines ``validate --json`` says are not events a reader may use, with why."""
+    out = io.BytesIO()
+    wrapper = io.TextIOWrapper(out)
+    with contextlib.redirect_stdout(wrapper), contextlib.redirect_stderr(io.StringIO()):
+        run(["validate", "--json", "--max-report", "100000", str(path)])
+    wrapper.flush()
+    found = {}
+    for line in out.getvalue().splitlines():
+        problem = orjson.loads(line)
+        usable = problem["severity"] == "warning" and not problem["problem"].startswith("torn")
+        if not usable:  # unknown kinds and steps naming unsealed groups are still read
+            found[problem["line"]] = problem["problem"]
+    return found
+
+
+class TestOneValidationPolicy:
+    @settings(FUZZ, max_examples=150)
+    @given(data=st.data())
+    def test_validate_and_every_reader_skip_the_same_lines(self, tmp_path, valid_events, data):
+        """On hostile files, the lines validate rejects are exactly the lines the typed
+        reader, the checked dict reader (export), the one analysis pass (cost, report) and
+        the reference functions skip; batch-age, which parses only seals and steps, skips
+        exactly the rejected lines among those."""
+        from otel_rollout.analysis import StepAges, run_file
+        from otel_rollout.batch_age import BATCH_AGE_EVENTS, batch_age_by_step
+        from otel_rollout.cost import CostAnalysis
+        from otel_rollout.report import ReportData, ReportSeries
+
+        path = tmp_path / "t.jsonl"
+        path.write_bytes(data.draw(hostile_file(valid_events)))
+        rejected = _validate_lines(path)
+
+        def skipped_by(reader: EventReader) -> set[int]:
+            lines: set[int] = set()
+            reader._on_skip = lambda n, why: lines.add(n)
+            for _ in reader.numbered_batches():
+                pass
+            return lines
+
+        assert skipped_by(EventReader(path, typed=True)) == set(rejected)
+        assert skipped_by(EventReader(path, validate=True)) == set(rejected)
+        warned: list[tuple[object, str]] = []
+        analyses = [CostAnalysis(), StepAges(), ReportSeries(ReportData(""))]
+        run_file(path, analyses, on_warning=lambda where, why: warned.append((where, why)))
+        assert {w for w, why in warned if why.endswith("; skipped")} == set(rejected)
+        reference: list[object] = []
+        batch_age_by_step(read_events(path), on_malformed=lambda e, why: reference.append(e))
+        assert {e["where"] for e in reference if e} >= set()  # reported, never raised
+        few: list[tuple[object, str]] = []
+        run_file(path, [StepAges()], on_warning=lambda where, why: few.append((where, why)))
+        wanted = {
+            n
+            for n, line in enumerate(path.read_bytes().split(b"\n"), 1)
+            if any(f'"event":"{k}"'.encode() in line for k in BATCH_AGE_EVENTS)
+        }
+        skipped_few = {w for w, why in few if why.endswith("; skipped")}
+        assert skipped_few <= set(rejected)
+        assert skipped_few >= set(rejected) & wanted

@@ -8,7 +8,8 @@ import subprocess
 
 import pytest
 
-from otel_rollout.report import CHROMIUM_FLAGS, chromium, collect, render_html
+from otel_rollout.render.html import CHROMIUM_FLAGS, chromium, render_html
+from otel_rollout.report import collect
 from otel_rollout.testing import TraceBuilder
 
 INSTALL = "apt-get install -y --no-install-recommends chromium"
@@ -41,7 +42,7 @@ def two_run_trace() -> TraceBuilder:
             group_id=gid,
             prompt_id=n,
             tokens=10,
-            tokens_by_version={str(n): 6, str(max(n - 1, 0)): 4},
+            tokens_by_version={str(n): 6, str(n - 1): 4} if n else {"0": 10},
         )
         b.step(n, n + 1, [gid])
     b.event("checkpoint.publish", step=2, weight_version=3)
@@ -73,7 +74,7 @@ class TestPage:
         for chart in ("batch-age", "token-age", "timeline", "in-flight"):
             svg = html.split(f'id="{chart}"', 1)[1].split("</svg>", 1)[0]
             assert re.search(r"<polyline|class=\"bar\"|class=\"span\"", svg), chart
-        assert "What each stop cost" in html and "downtime s" in html
+        assert "What each stop cost" in html and "<th title=\"\">downtime</th>" in html
 
     def test_stops_and_restores_are_marked(self, page):
         """The batch-age chart marks the stop and the restore."""

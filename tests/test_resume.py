@@ -149,4 +149,4 @@ class TestCostOfTheDemo:
         """The demo ends with the report a newcomer reads."""
         proc, _, _ = demo
         assert "What the stops cost" in proc.stdout and "stop 2" in proc.stdout
-        assert "sealed, untrained: trained as kept" in proc.stdout
+        assert "of those: kept and trained as they were" in proc.stdout

@@ -118,3 +118,12 @@ def without_cyclic_gc() -> None:
     leaves the caller's process alone.
     """
     gc.disable()
+
+
+def add_full_ids(parser: Any) -> None:
+    """The flag every read command has for whole run IDs (they show the first 8 otherwise)."""
+    parser.add_argument(
+        "--full-ids",
+        action="store_true",
+        help="show whole run IDs (the first 8 characters otherwise)",
+    )

@@ -8,8 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..report import collect_file, render_html, write_pngs
-from ._common import CliError, check_is_trace, trace_reader, without_cyclic_gc
+from ..render.fields import Style
+from ..render.html import render_html, write_pngs
+from ..report import collect_file
+from ._common import CliError, add_full_ids, check_is_trace, trace_reader, without_cyclic_gc
 
 
 def add_parser(commands: Any) -> None:
@@ -30,6 +32,7 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--png", type=Path, metavar="DIR", help="also write each chart as a PNG (needs Chromium)"
     )
+    add_full_ids(parser)
     parser.set_defaults(handler=run)
 
 
@@ -40,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     check_is_trace(reader, reader.events)
     try:
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(render_html(data), encoding="utf-8")
+        args.output.write_text(render_html(data, Style(args.full_ids)), encoding="utf-8")
     except OSError as exc:
         raise CliError(f"cannot write {args.output}: {exc.strerror or exc}") from exc
     print(f"wrote {args.output}", file=sys.stderr)
