@@ -327,7 +327,8 @@ class TestSidecarFaults:
 
         start = {"t": time.time(), "run_id": "r", "event": "run.start", "schema": 1,
                  "pid": int(dead), "host": socket.gethostname()}  # fmt: skip
-        reserve = {"t": time.time(), "run_id": "r", "event": "group.reserve", "group_id": "g"}
+        reserve = {"t": time.time(), "run_id": "r", "event": "group.reserve", "group_id": "g",
+                   "prompt_id": 1, "size": 1, "weight_version": 0}  # fmt: skip
         torn = '{"t": 1.0, "run_id": "r", "event": "group.se'
         path.write_text(json.dumps(start) + "\n" + json.dumps(reserve) + "\n" + torn)
         with OtlpReceiver("grpc") as rx:
@@ -413,7 +414,8 @@ class TestFollowCommand:
                 for i in range(3):
                     f.write(
                         b'{"t": 1.0, "run_id": "r", "event": "attempt.dispatch", '
-                        b'"attempt_id": "a%d", "group_id": "g"}\n' % i
+                        b'"attempt_id": "a%d", "group_id": "g", "prompt_id": 1, '
+                        b'"generation_index": %d, "weight_version": 0}\n' % (i, i)
                     )
                 f.write(b'{"t": 2.0, "run_id": "r", "event": "attempt.seal", "attempt_id": "a0"')
             time.sleep(1.0)

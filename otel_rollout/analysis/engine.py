@@ -63,9 +63,12 @@ class Analysis:
 class Engine:
     """Runs analyses over batches of typed events in one pass."""
 
-    def __init__(self, analyses: Sequence[Analysis], on_warning: OnWarning) -> None:
+    def __init__(
+        self, analyses: Sequence[Analysis], on_warning: OnWarning, *, in_memory: bool = False
+    ) -> None:
         self.analyses = list(analyses)
         self._on_warning = on_warning
+        self._in_memory = in_memory  # events are named "event N", not by a line number
         self._batch: tuple[Sequence[Any], int | Sequence[int]] = ((), 0)
         self.state = State(self._warn)
         kinds: set[str] | None = set()
@@ -90,7 +93,8 @@ class Engine:
         """A problem the pass found with ``event``, reported with its line."""
         batch, lines = self._batch
         i = next((n for n, e in enumerate(batch) if e is event), 0)  # rare: search, not track
-        self._on_warning(lines + i if isinstance(lines, int) else lines[i], message)
+        where = lines + i if isinstance(lines, int) else lines[i]
+        self._on_warning(f"event {where}" if self._in_memory else where, message)
 
     def feed(self, batches: Iterable[tuple[Sequence[Any], int | Sequence[int]]]) -> None:
         """Every event of ``batches``: ``(events, where)`` with ``where`` the first event's
@@ -184,26 +188,31 @@ def run_events(
     if isinstance(stream, EventStream) and not stream.started and stream.reader.kinds is None:
         return run_file(stream.reader.path, analyses, on_warning=on_warning)
     if on_warning is None:
-        on_warning, done = _file_warner("<events>")
+        on_warning, done = _file_warner("events in memory")
     else:
         done = lambda: None  # noqa: E731
-    engine = Engine(analyses, on_warning)
-    engine.feed(_checked(stream, on_warning))
+    engine = Engine(analyses, on_warning, in_memory=True)
+    engine.feed(_checked(stream, engine.kinds, on_warning))
     done()
     return engine.results()
 
 
-def _checked(stream: Iterable[Any], on_warning: OnWarning) -> Iterator[tuple[list[Any], int]]:
-    """Events in memory as typed events, checked as a file's lines are, in batches."""
+def _checked(
+    stream: Iterable[Any], kinds: frozenset[str] | None, on_warning: OnWarning
+) -> Iterator[tuple[list[Any], int]]:
+    """Events in memory as typed events, checked as a file's lines are, in batches;
+    dicts of kinds no analysis reads are passed over unchecked, as a file's lines are."""
     batch: list[Any] = []
     first = 1
     n = 0
     types = tuple(events.EVENT_TYPES.values())
     for value in stream:
         n += 1
-        if isinstance(value, types):
+        if value.__class__ is not dict and isinstance(value, types):
             event: Any = value
         else:
+            if kinds is not None and value.__class__ is dict and value.get("event") not in kinds:
+                continue
             event, why = events.from_object(value)
             if event is None:
                 if why is not None:
