@@ -111,9 +111,7 @@ def in_process(path: Path, lines: int, reps: int) -> dict[str, float]:
 
     return {
         "batch_age_by_step(orjson every line)": timed(lambda: batch_age_by_step(plain_read(path))),
-        "batch_age_by_step(read_events(path))": timed(
-            lambda: batch_age_by_step(read_events(path))
-        ),
+        "batch_age_by_step(read_events(path))": timed(lambda: batch_age_by_step(read_events(path))),
         "one pass, every analysis (GC on)": timed(
             lambda: run_file(path, [CostAnalysis(), ReportSeries(ReportData("")), StepAges()])
         ),

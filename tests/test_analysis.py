@@ -135,4 +135,8 @@ class TestWarnings:
         [steps] = run_events(b.events, [StepAges()], on_warning=lambda *w: warned.append(w))
         assert [s.step for s in steps] == [1]
         [(where, why)] = warned
-        assert where == f"event {len(b.events) - 1}" and "trained_version" in why and why.endswith("skipped")
+        assert (
+            where == f"event {len(b.events) - 1}"
+            and "trained_version" in why
+            and why.endswith("skipped")
+        )

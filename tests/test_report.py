@@ -74,7 +74,7 @@ class TestPage:
         for chart in ("batch-age", "token-age", "timeline", "in-flight"):
             svg = html.split(f'id="{chart}"', 1)[1].split("</svg>", 1)[0]
             assert re.search(r"<polyline|class=\"bar\"|class=\"span\"", svg), chart
-        assert "What each stop cost" in html and "<th title=\"\">downtime</th>" in html
+        assert "What each stop cost" in html and '<th title="">downtime</th>' in html
 
     def test_stops_and_restores_are_marked(self, page):
         """The batch-age chart marks the stop and the restore."""
