@@ -200,7 +200,11 @@ Seals = Mapping[str, Mapping[int, int]]  # group_id → its sealed tokens by ver
 def seal_counts(tokens_by_version: Mapping[Any, int] | None) -> dict[int, int]:
     """A seal's ``tokens_by_version`` keyed by version as an int (a typed event's already
     are; a dict's are decimal strings, as in the file)."""
-    return {int(v): n for v, n in tokens_by_version.items()} if tokens_by_version else {}
+    if not tokens_by_version:
+        return {}
+    if next(iter(tokens_by_version)).__class__ is int:  # a typed event's: keep, not copy
+        return tokens_by_version  # type: ignore[return-value]
+    return {int(v): n for v, n in tokens_by_version.items()}
 
 
 def step_age(

@@ -226,17 +226,21 @@ class EventKind:
     doc: str
     required: Mapping[str, FieldType]
     optional: Mapping[str, FieldType] = field(default_factory=dict)
-    #: A rule across fields, given a field getter: the problem, or None.  Readers apply it too.
-    rule: Callable[[Callable[[str], Any]], str | None] | None = None
+    #: A rule across fields: called with the values of ``rule_fields`` (None if absent),
+    #: it gives the problem, or None.  Readers apply it too.
+    rule: Callable[..., str | None] | None = None
+    rule_fields: tuple[str, ...] = ()
 
 
-def _seal_sums(get: Callable[[str], Any]) -> str | None:
+def _seal_sums(tokens: int, by_version: Mapping[Any, int] | None) -> str | None:
     """A seal's ``tokens`` is the sum of its ``tokens_by_version``, when it has one."""
-    by_version = get("tokens_by_version")
-    if by_version is None or sum(by_version.values()) == get("tokens"):
+    if by_version is None:
         return None
+    total = sum(by_version.values())
     return (
-        f"tokens ({get('tokens')}) is not the sum of tokens_by_version ({sum(by_version.values())})"
+        None
+        if total == tokens
+        else f"tokens ({tokens}) is not the sum of tokens_by_version ({total})"
     )
 
 
@@ -266,6 +270,7 @@ EVENTS: Mapping[str, EventKind] = {
         {**_GROUP, "tokens": COUNT},
         {"tokens_by_version": TOKENS_BY_VERSION},
         _seal_sums,
+        ("tokens", "tokens_by_version"),
     ),
     "group.discard": EventKind(
         "The group is dropped (stale, failed, stop, ...).", {**_GROUP, "reason": ID}
@@ -337,7 +342,7 @@ def problems(event: Any) -> list[str]:
     _check_fields(event, kind.required, True, found)
     _check_fields(event, kind.optional, False, found)
     if kind.rule is not None and not found:
-        problem = kind.rule(event.get)
+        problem = kind.rule(*(event.get(name) for name in kind.rule_fields))
         if problem is not None:
             found.append(problem)
     return found

@@ -86,7 +86,13 @@ class Engine:
         for kind, handler in self.state.appliers().items():
             if self.kinds is None or kind in self.kinds:
                 table.setdefault(kind, []).append(handler)  # after the analyses: see State
-        self._table = {kind: tuple(handlers) for kind, handlers in table.items()}
+        # Keyed by the event's struct class (cheaper to reach than its kind's name); a kind
+        # with one handler maps to it, one with several to their tuple.
+        self._table: dict[type, Any] = {
+            events.EVENT_TYPES[kind]: handlers[0] if len(handlers) == 1 else tuple(handlers)
+            for kind, handlers in table.items()
+            if kind in events.EVENT_TYPES
+        }
         self._stops = [a.stop for a in self.analyses if type(a).stop is not Analysis.stop]
 
     def _warn(self, event: Any, message: str) -> None:
@@ -100,7 +106,6 @@ class Engine:
         """Every event of ``batches``: ``(events, where)`` with ``where`` the first event's
         line (consecutive lines) or one line per event."""
         state, table, stops = self.state, self._table, self._stops
-        empty: tuple[Callable[[Any], None], ...] = ()
         run = state.run
         run_id, last_t = (run.run_id, run.last_t) if run is not None else (None, 0.0)
         for item in batches:
@@ -116,8 +121,13 @@ class Engine:
                             hook(stop)
                 elif e.t > last_t:
                     last_t = e.t
-                for handler in table.get(e.event, empty):
-                    handler(e)
+                handlers = table.get(e.__class__)
+                if handlers is not None:
+                    if handlers.__class__ is tuple:
+                        for handler in handlers:
+                            handler(e)
+                    else:
+                        handlers(e)
             if run is not None:  # the state is whole between batches
                 run.last_t = last_t
 

@@ -99,9 +99,9 @@ class State:
         self.steps: dict[int, Step] = {}  # step number → its surviving train.step
         self.epochs: dict[str, int] = {}  # group_id → epoch, kept while attempts may name it
         self._apply: dict[str, Callable[[Any], None]] = {
-            "attempt.dispatch": self._dispatch,
-            "attempt.resume": self._dispatch,
-            "attempt.seal": self._attempt_seal,
+            "attempt.dispatch": self._hot_dispatch(),
+            "attempt.resume": self._hot_dispatch(),
+            "attempt.seal": self._hot_attempt_seal(),
             "attempt.refuse": self._attempt_end,
             "attempt.abandon": self._attempt_end,
             "group.reserve": self._group_reserve,
@@ -129,27 +129,42 @@ class State:
         self.runs.append(run)
         if old is None:
             return None
-        dead = [a for a in self.attempts.values() if a[0] == old.run_id]
-        self.attempts = {i: a for i, a in self.attempts.items() if a[0] != old.run_id}
+        attempts = self.attempts  # changed in place: the hot handlers hold it
+        dead = [(i, a) for i, a in attempts.items() if a[0] == old.run_id]
+        for attempt_id, _ in dead:
+            del attempts[attempt_id]
         groups = {g: group for g, group in self.groups.items() if group.run_id == old.run_id}
-        return Stop(old, run, dead, groups)
+        return Stop(old, run, [a for _, a in dead], groups)
 
     # The state's handlers: called after every analysis has seen the event.
 
-    def _dispatch(self, e: Any) -> None:
-        epoch = e.epoch
-        if epoch is None:
-            epoch = self.epochs.get(e.group_id, 0)
-        self.attempts[e.attempt_id] = (e.run_id, (epoch, e.prompt_id, e.generation_index))
+    # The two commonest kinds (most of a file) get closures over the state's dicts: a
+    # method's attribute lookups made the pass ~15% slower on the bench trace.
 
-    def _attempt_seal(self, e: Any) -> None:
-        attempt = self.attempts.pop(e.attempt_id, None)
-        group = self.groups.get(e.group_id)
-        if group is not None:
-            key = attempt[1] if attempt is not None else self.key(e)
-            attempts = group.attempts
-            attempts[key] = attempts.get(key, 0) + e.tokens
-            group.run_id = e.run_id
+    def _hot_dispatch(self) -> Callable[[Any], None]:
+        attempts, epochs = self.attempts, self.epochs
+
+        def dispatch(e: Any) -> None:
+            epoch = e.epoch
+            if epoch is None:
+                epoch = epochs.get(e.group_id, 0)
+            attempts[e.attempt_id] = (e.run_id, (epoch, e.prompt_id, e.generation_index))
+
+        return dispatch
+
+    def _hot_attempt_seal(self) -> Callable[[Any], None]:
+        attempts, groups, key_of = self.attempts, self.groups, self.key
+
+        def attempt_seal(e: Any) -> None:
+            attempt = attempts.pop(e.attempt_id, None)
+            group = groups.get(e.group_id)
+            if group is not None:
+                key = attempt[1] if attempt is not None else key_of(e)
+                held = group.attempts
+                held[key] = held.get(key, 0) + e.tokens
+                group.run_id = e.run_id
+
+        return attempt_seal
 
     def _attempt_end(self, e: Any) -> None:
         self.attempts.pop(e.attempt_id, None)
