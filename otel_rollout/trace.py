@@ -34,6 +34,7 @@ from .batch_age import (
     pop_batch_age,
     tokens_by_version,
 )
+from .constants import ROLLOUT_TRACE_FILENAME
 from .exporters import EventExporter, JsonlExporter
 from .follow import file_size
 from .reader import read_events
@@ -56,8 +57,6 @@ __all__ = [
     "read_events",
     "tokens_by_version",
 ]
-
-ROLLOUT_TRACE_FILENAME = "rollout_trace.jsonl"
 
 _log = logging.getLogger("otel_rollout")
 
@@ -289,9 +288,9 @@ if hasattr(os, "register_at_fork"):
 
 def main(argv: list[str] | None = None) -> None:
     """Print each step's batch age: ``python -m otel_rollout.trace FILE``."""
-    from .cli import run_reference_main
+    from ._reference import print_batch_ages
 
-    raise SystemExit(run_reference_main(argv))
+    raise SystemExit(print_batch_ages(argv))
 
 
 if __name__ == "__main__":

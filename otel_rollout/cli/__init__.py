@@ -7,11 +7,11 @@ are one line on stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Sequence
 
 from .. import __version__
+from .._reference import print_batch_ages, setup_logging
 from . import _batch_age, _cost, _export, _report, _schema, _simulate, _stack, _validate
 from ._common import CliError
 
@@ -36,29 +36,10 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """Our one handler: writes to whatever sys.stderr is at the time (tests swap it)."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.stream = sys.stderr
-        super().emit(record)
-
-
-def _setup_logging() -> None:
-    logger = logging.getLogger("otel_rollout")
-    if any(isinstance(h, _StderrHandler) for h in logger.handlers):
-        return  # a second command in one process (tests, notebooks)
-    handler = _StderrHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("otel-rollout: %(levelname)s: %(message)s"))
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-
-
 def run(argv: Sequence[str] | None = None) -> int:
     """Run one command and return its exit code."""
     args = _parser().parse_args(argv)
-    _setup_logging()
+    setup_logging()
     try:
         return int(args.handler(args) or 0)
     except CliError as exc:
@@ -78,20 +59,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def run_reference_main(argv: Sequence[str] | None = None) -> int:
     """``python -m otel_rollout.trace FILE``: one line per step, step then batch age."""
-    parser = argparse.ArgumentParser(
-        prog="python -m otel_rollout.trace",
-        description="Print each training step's batch age from a rollout trace file.",
-    )
-    parser.add_argument("file", help="a rollout_trace.jsonl (or .jsonl.gz)")
-    args = parser.parse_args(argv)
-    _setup_logging()
-    try:
-        for row in _batch_age.load_steps(args.file, progress=False):
-            if row.batch_age is not None:
-                print(f"{row.step} {row.batch_age:.6f}")
-    except CliError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except BrokenPipeError:
-        sys.stderr.close()
-    return 0
+    return print_batch_ages(argv)
