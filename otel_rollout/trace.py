@@ -116,7 +116,8 @@ class RolloutTrace:
         log = JsonlExporter(path)  # opened first: the sidecar's offset is where our lines begin
         self._pipeline = Pipeline(
             self.run_id,
-            [log, *exporters, *self._made_here(self.run_id)],
+            log,
+            [*exporters, *self._made_here(self.run_id)],
             capacity=config.QUEUE_SIZE.resolve(capacity),
             max_batch=config.MAX_BATCH.resolve(),
             retry_max_delay=config.RETRY_MAX_DELAY.resolve(),
@@ -165,8 +166,21 @@ class RolloutTrace:
 
     @property
     def stats(self) -> PipelineStats:
-        """Events written and dropped so far (call :meth:`flush` first for exact numbers)."""
-        return self._pipeline.stats if self._pipeline is not None else PipelineStats()
+        """Events written and dropped so far, with what the exporters count (spans made, sent,
+        refused, dropped, queued at close; metric exports failed; syncs to disk) and, after
+        :meth:`close`, the export sidecar's counts.  Call :meth:`flush` first for exact numbers.
+        """
+        if self._pipeline is None:
+            return PipelineStats()
+        stats = self._pipeline.snapshot()
+        stats.add({k: v for k, v in self.sidecar_counts.items() if isinstance(v, int)})
+        return stats
+
+    @property
+    def exporters(self) -> tuple[EventExporter, ...]:
+        """The exporters that receive every event besides the log: yours, then the span and
+        metric exporters when they are made in this process (none with the export sidecar)."""
+        return tuple(self._pipeline.exporters) if self._pipeline is not None else ()
 
     def emit(self, event: str, /, **fields: Any) -> None:
         """Queue one event, stamped with the current wall-clock time.
@@ -177,16 +191,19 @@ class RolloutTrace:
         # only runs when called through the class, e.g. RolloutTrace.emit(trace, ...).
         self.emit(event, **fields)
 
-    def flush(self) -> None:
+    def flush(self, *, durable: bool = False) -> None:
         """Wait until every event queued before this call has been written.
 
-        Waits at most ``OTEL_ROLLOUT_CLOSE_TIMEOUT`` seconds, so a full disk cannot
-        hang the caller; a flush that gives up says so in the log.
+        With ``durable=True``, wait until it is on disk too (``fdatasync``, made by
+        the writer thread), not only in the page cache: it then survives a node
+        crash or power loss, not only a killed process.  Waits at most
+        ``OTEL_ROLLOUT_CLOSE_TIMEOUT`` seconds, so a full disk cannot hang the
+        caller; a flush that gives up says so in the log.
         """
         if self._pipeline is None:
             return
         limit = config.CLOSE_TIMEOUT.resolve()
-        if not self._pipeline.flush(limit):
+        if not self._pipeline.flush(limit, durable=durable):
             _log.warning("otel-rollout: flush gave up after %.1fs; events are still queued", limit)
 
     def close(self) -> None:

@@ -62,7 +62,11 @@ class TestReferenceApi:
 
         assert params(trace.RolloutTrace.__init__)[0] == "path"
         assert params(trace.RolloutTrace.emit) == ["event", "fields"]
-        assert params(trace.RolloutTrace.flush) == [] and params(trace.RolloutTrace.close) == []
+        # flush's one addition, durable=, is keyword-only and off by default: flush() is as before.
+        durable = inspect.signature(trace.RolloutTrace.flush).parameters["durable"]
+        assert durable.kind is inspect.Parameter.KEYWORD_ONLY and durable.default is False
+        assert params(trace.RolloutTrace.flush) == ["durable"]
+        assert params(trace.RolloutTrace.close) == []
         assert params(trace.read_events)[0] == "path"
         assert params(trace.RefitCuts.record) == ["replaced_version", "new_version", "calls"]
         assert params(trace.RefitCuts.forget_before) == ["oldest_trainable_version"]
