@@ -183,6 +183,10 @@ class JsonlExporter:
     0: after every batch; ``off`` or infinity: never on its own) and at once after a
     ``checkpoint.publish`` or ``checkpoint.restore`` line.
 
+    A file whose last line was torn (its writer was killed mid-line) is
+    ended with a newline when opened, so the fragment stays one torn line
+    and this writer's first line is whole.
+
     Faults: a failed write reports how many of the batch's lines did reach the
     file (a full disk can take part of a batch) and sets :attr:`retryable`; a
     line cut by the failure is ended by the next write, so it reads as one
@@ -214,12 +218,34 @@ class JsonlExporter:
         self._sync_now = False  # ...among them a checkpoint line
         self._synced_at = -math.inf  # time.monotonic() of the last sync
         self._sync_failed = False
+        self._end_torn_line()
 
     def _open(self) -> int:
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         # A pipe or a device has nothing to sync (fdatasync fails with EINVAL).
         self._regular_file = stat.S_ISREG(os.fstat(fd).st_mode)
         return fd
+
+    def _end_torn_line(self) -> None:
+        """End a fragment a killed writer left at the file's end, so our first line is whole."""
+        assert self._fd is not None
+        if not self._regular_file:
+            return
+        try:
+            size = os.fstat(self._fd).st_size
+            if not size:
+                return
+            with open(self.path, "rb") as f:
+                f.seek(size - 1)
+                last = f.read(1)
+        except OSError:
+            return  # unreadable to us: we cannot tell, and must not guess
+        if last not in (b"\n", b""):
+            os.write(self._fd, b"\n")
+            _log.warning(
+                "otel-rollout: %s ended in a torn line (a writer was killed mid-line); ended it",
+                self.path,
+            )
 
     def counts(self) -> dict[str, int]:
         """Events written short because they were too big, and syncs to disk."""

@@ -36,6 +36,9 @@ _CHUNK = 1 << 17  # small enough that a block and its events stay in the CPU cac
 _MOST_KINDS_SEARCHED = 4
 #: Lines reported one by one before the rest are only counted.
 MAX_WARNINGS = 10
+#: How a skip reason begins for a torn line with more lines after it (see ``on_skip``).
+TORN_LINE = "torn line"
+_RUN_ID = re.compile(rb'"run_id"\s*:\s*"([^"\\]{1,200})"')
 
 _TYPED_ERRORS = (msgspec.DecodeError, RecursionError)
 
@@ -50,6 +53,9 @@ class EventReader:
     the number that were not events (invalid JSON, torn, not an object).
     Each skipped line goes to ``on_skip(line_number, reason)``; by default
     the first few are logged as warnings and the rest summed up at the end.
+    A torn line (a killed writer's fragment) is named as one: ``torn last
+    line`` at the end of the file, ``torn line`` (:data:`TORN_LINE`) where a
+    resumed run wrote after it, with the killed run when the fragment names it.
 
     Events are dicts, or with ``as_type`` instances of that ``msgspec.Struct``
     (which must have an ``event`` field); a line that does not fit the type
@@ -86,11 +92,18 @@ class EventReader:
         """Like iteration, but each event comes with its 1-based line number."""
         return self._scan(numbered=True)  # type: ignore[return-value]
 
-    def _skip(self, lineno: int, reason: str, torn: bool) -> None:
+    def _skip(self, lineno: int, reason: str, torn: bool, line: bytes = b"") -> None:
         if self.first_line_is_event is None:
             self.first_line_is_event = False
         if torn:
-            reason = f"torn last line ({reason}; was the writer killed?)"
+            run = _run_of(line)
+            writer = "the writer" if run is None else f"the writer of run {run}"
+            reason = f"torn last line ({reason}; was {writer} killed?)"
+        elif line and _cut_short(line):
+            # A killed writer's fragment, ended by the next run that opened the file.
+            run = _run_of(line)
+            writer = "its writer" if run is None else f"the writer of run {run}"
+            reason = f"{TORN_LINE}: {writer} was killed mid-line ({reason})"
         self.skipped += 1
         if self._on_skip is not None:
             self._on_skip(lineno, reason)
@@ -108,9 +121,9 @@ class EventReader:
         elif not line.strip():
             return None
         if isinstance(error, msgspec.ValidationError):
-            self._skip(lineno, f"not an event: {error}", torn)
+            self._skip(lineno, f"not an event: {error}", torn, line)
         else:
-            self._skip(lineno, f"not valid JSON: {error}", torn)
+            self._skip(lineno, f"not valid JSON: {error}", torn, line)
         return None
 
     def _decoder(self) -> tuple[Callable[[bytes], Any], tuple[type[Exception], ...]]:
@@ -252,6 +265,33 @@ class EventReader:
                     if kind.__class__ is not str or kind not in kinds:
                         continue
             yield (n, event) if numbered else event
+
+
+def _cut_short(line: bytes) -> bool:
+    """Whether ``line`` is the start of a JSON object that ends too early, as a killed
+    writer leaves it (a character cut in two at the end counts too)."""
+    if not line.startswith(b"{"):
+        return False
+    for trim in range(4):  # a UTF-8 character is at most 4 bytes: up to 3 may be left
+        if trim and (trim >= len(line) or line[-trim] < 0x80):
+            return False
+        piece = line[: len(line) - trim]
+        try:
+            orjson.loads(piece)
+        except orjson.JSONDecodeError as exc:
+            if exc.pos >= len(piece.rstrip()):
+                return True
+            if "UTF-8" not in str(exc):
+                return False
+        else:
+            return False
+    return False
+
+
+def _run_of(line: bytes) -> str | None:
+    """The ``run_id`` a line's text names, if it got that far."""
+    match = _RUN_ID.search(line, 0, 400)
+    return match.group(1).decode("utf-8", "replace") if match else None
 
 
 def read_events(
