@@ -78,6 +78,8 @@ class RolloutTrace:
     ``RolloutTrace(None)`` makes every call a no-op.  ``capacity`` bounds the
     events waiting to be written (``OTEL_ROLLOUT_QUEUE_SIZE``); past it, events
     are dropped, counted and reported in the file as ``trace.dropped``.
+    ``fsync_interval`` is the most seconds between syncs of the file to disk
+    (``OTEL_ROLLOUT_FSYNC_INTERVAL``, default 1; 0: every batch; ``math.inf``: off).
     ``exporters`` receive every event too, on the same background thread.
 
     Spans and metrics are built on that thread when configured: by the
@@ -91,6 +93,7 @@ class RolloutTrace:
         path: Path | str | None,
         *,
         capacity: int | None = None,
+        fsync_interval: float | None = None,
         exporters: tuple[EventExporter, ...] | list[EventExporter] = (),
         config_fields: dict[str, Any] | None = None,
         **otel_options: Any,
@@ -113,7 +116,8 @@ class RolloutTrace:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.run_id = new_run_id()
-        log = JsonlExporter(path)  # opened first: the sidecar's offset is where our lines begin
+        # Opened first: the sidecar's offset is where our lines begin.
+        log = JsonlExporter(path, fsync_interval=fsync_interval)
         self._pipeline = Pipeline(
             self.run_id,
             log,
