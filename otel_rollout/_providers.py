@@ -223,9 +223,10 @@ def span_builder(run_id: str, chosen: OtelSettings) -> SpanBuilder:
     owned = TracerProvider(resource=resource(run_id, chosen), shutdown_on_exit=False)
     exporter = ConsoleSpanExporter() if chosen.traces == "console" else otlp_span_exporter(chosen)
     counting = CountingSpanExporter(exporter)
-    processor = BoundedSpanProcessor(
-        counting, _span_queue_size(), max_export_batch_size=_live_batch_size()
-    )
+    capacity = _span_queue_size()
+    batch = _live_batch_size()  # no bigger than the queue, which the SDK would refuse
+    batch = None if batch is None else min(batch, capacity)
+    processor = BoundedSpanProcessor(counting, capacity, max_export_batch_size=batch)
     owned.add_span_processor(processor)
     tracer = owned.get_tracer(SCOPE)
 
