@@ -110,8 +110,8 @@ class BoundedSpanProcessor(SpanProcessor):
 
     @property
     def queued(self) -> int:
-        """Spans handed on and not yet taken by the exporter."""
-        return self.handed - self.counting.taken
+        """Spans handed on whose export has not ended: in the queue, or being sent."""
+        return self.handed - self.counting.exported - self.counting.failed
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         self.inner.on_start(span, parent_context)

@@ -61,7 +61,7 @@ COUNTS: dict[str, str] = {
     "spans_sent": "spans the backend accepted",
     "spans_failed": "spans the backend refused, or that timed out",
     "spans_dropped": "spans dropped because the SDK's batch queue was full",
-    "spans_queued": "spans still queued when the exporter shut down (not sent)",
+    "spans_queued": "spans still queued or being sent when the exporter shut down",
     "metric_exports_failed": "metric exports the backend refused, or that timed out",
     "events_oversized": "events written as their kind and time only, being too big",
     "log_syncs": "times the log was made durable on disk (fdatasync)",
