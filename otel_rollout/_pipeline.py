@@ -69,7 +69,7 @@ class PipelineStats:
                 self.other[name] = self.other.get(name, 0) + value
 
 
-_OWN = ("written", "dropped_queue_full", "dropped_write_error", "renamed_fields")
+_OWN = ("written", "dropped_queue_full", "dropped_write_error", "renamed_fields", "exporter_errors")
 _COUNTED = frozenset(f.name for f in fields(PipelineStats)) - {*_OWN, "other", "queued"}
 
 
