@@ -135,26 +135,16 @@ def watch_lag(path: Path, until: threading.Event, lags: list[float]) -> None:
         time.sleep(0.002)
 
 
-def queue_full_drops() -> int:
-    """Spans the SDK's batch queue has turned away in this process so far."""
-    from otel_rollout._providers import QUEUE_FULL_DROPS
-
-    return QUEUE_FULL_DROPS.count
-
-
-def span_note(tr: RolloutTrace, dropped: int) -> str:
-    """What became of the spans (for the OTLP rows): ``dropped`` by the SDK's full queue,
-    the rest counted by the trace's span exporter."""
-    for exporter in tr._pipeline._exporters[1:]:  # type: ignore[union-attr]
-        counting = getattr(exporter, "span_exporter", None)
-        if counting is not None:
-            made = exporter.spans_started  # type: ignore[attr-defined]
-            left = made - counting.exported - counting.failed - dropped
-            return (
-                f"spans: {made:,} made, {counting.exported:,} sent, {counting.failed:,} refused"
-                f" or timed out, {dropped:,} dropped (queue full), {left:,} queued at close"
-            )
-    return ""
+def span_note(tr: RolloutTrace) -> str:
+    """What became of the spans (for the OTLP rows), as the trace's stats count them."""
+    s = tr.stats
+    if not s.spans_made:
+        return ""
+    return (
+        f"spans: {s.spans_made:,} made, {s.spans_sent:,} sent, {s.spans_failed:,} refused"
+        f" or timed out, {s.spans_dropped:,} dropped (queue full), {s.spans_queued:,} queued"
+        " at close"
+    )
 
 
 def watch_recovery(path: Path, cleared_at: float, result: list[float]) -> None:
@@ -170,11 +160,9 @@ def watch_recovery(path: Path, cleared_at: float, result: list[float]) -> None:
 def run_stage(name: str, stage: Stage, rate: int, phases: tuple[float, float, float]) -> Row:
     """Emit at ``rate`` through a healthy phase, the fault, and after it clears."""
     healthy, faulty, after = phases
-    drops_before = queue_full_drops()
     tr = RolloutTrace(stage.target, **stage.options)
     path = tr.path
-    assert path is not None and tr._pipeline is not None
-    queued = tr._pipeline._queue.qsize
+    assert path is not None
     clock = time.perf_counter_ns
     costs: dict[str, list[int]] = {"healthy": [], "fault": [], "after": []}
     per_tick = max(rate // 1000, 1)
@@ -211,7 +199,7 @@ def run_stage(name: str, stage: Stage, rate: int, phases: tuple[float, float, fl
             bucket.append(clock() - t0)
             i += 1
         if phase == "fault":
-            backlog = max(backlog, queued())
+            backlog = max(backlog, tr.stats.queued)
         time.sleep(max(0.001 - (time.monotonic() - started - now), 0))
     if watcher is not None:
         watcher.join()
@@ -219,7 +207,7 @@ def run_stage(name: str, stage: Stage, rate: int, phases: tuple[float, float, fl
         lag_watcher.join()
     tr.close()
     row = Row(name, accepted=i + 1, written=tr.stats.written, dropped=tr.stats.dropped)
-    row.note = span_note(tr, queue_full_drops() - drops_before)
+    row.note = span_note(tr)
     if lags:
         row.lag_p99_ms = sorted(lags)[int(0.99 * (len(lags) - 1))] * 1000
     stage.cleanup()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -86,6 +87,34 @@ def latency(
         ms = sorted(x * 1000 for x in json.loads(out))
         result[name] = (ms[len(ms) // 2], ms[int(len(ms) * 0.99)])
     return result
+
+
+#: The log synced to disk at the default interval, beside never and after every batch.
+FSYNC_DESIGNS: dict[str, Writer] = {
+    "fsync off": lambda p: RolloutTrace(p, fsync_interval=math.inf),
+    "fsync every 1 s (default)": lambda p: RolloutTrace(p, fsync_interval=1.0),
+    "fsync every batch": lambda p: RolloutTrace(p, fsync_interval=0.0),
+}
+
+
+def fsync_cost(events: list[tuple[str, dict[str, Any]]], seconds: float) -> dict[str, Any]:
+    """What syncing the log to disk costs: drain events/s and emit→file p99 at 10k/s.  The
+    files go beside this script, on the disk the code is on: /tmp may be a tmpfs, where
+    fdatasync costs nothing."""
+    with tempfile.TemporaryDirectory(dir=HERE) as d:
+        tmp = Path(d)
+        return {
+            "drain_events_per_s": measure.throughput(tmp, FSYNC_DESIGNS, events, reps=5),
+            "latency_ms_10000": latency(tmp, 10000, seconds, FSYNC_DESIGNS),
+        }
+
+
+def _fsync_table(f: dict[str, dict[str, Any]]) -> None:
+    print("\n| the log synced to disk | drain, events/s | emit→file p99 ms @ 10,000/s |")
+    print("|---|---:|---:|")
+    for name in FSYNC_DESIGNS:
+        drain, (_, p99) = f["drain_events_per_s"][name], f["latency_ms_10000"][name]
+        print(f"| {name} | {drain:,.0f} | {p99:.2f} |")
 
 
 def reader_throughput(path: Path, lines: int) -> dict[str, float]:
@@ -176,24 +205,35 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--lines", type=int, help="lines in the reader benchmark's trace")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument(
+        "--only", choices=["fsync"], help="measure only this part (fsync: the cost of syncing)"
+    )
     args = parser.parse_args()
     lines = args.lines or (20_000 if args.quick else 1_000_000)
     rounds = 20 if args.quick else 400
     drain_n = 20_000 if args.quick else 300_000
     seconds = 0.3 if args.quick else 3.0
+    dispatches = [("attempt.dispatch", {"i": i, **FIELDS}) for i in range(drain_n)]
+    if args.only == "fsync":
+        figures = {"fsync": fsync_cost(dispatches, seconds)}
+        _fsync_table(figures["fsync"])
+        if args.json:
+            args.json.write_text(json.dumps(figures, indent=2))
+        return
 
     figures: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         print(f"python {sys.version.split()[0]}; trace of {lines:,} lines", file=sys.stderr)
         print("emit cost ...", file=sys.stderr)
-        dispatches = [("attempt.dispatch", {"i": i, **FIELDS}) for i in range(drain_n)]
         figures["emit_ns"] = measure.emit_cost(tmp, DESIGNS, dispatches, rounds)
         print("drain throughput ...", file=sys.stderr)
         figures["drain_events_per_s"] = measure.throughput(tmp, DESIGNS, dispatches, reps=7)
         for rate in (1000, 10000):
             print(f"latency at {rate}/s ...", file=sys.stderr)
             figures[f"latency_ms_{rate}"] = latency(tmp, rate, seconds)
+        print("the cost of syncing the log to disk ...", file=sys.stderr)
+        figures["fsync"] = fsync_cost(dispatches, seconds)
         print("with spans and metrics over OTLP ...", file=sys.stderr)
         receiver = with_otel.Receiver()
         try:
@@ -221,6 +261,7 @@ def main() -> None:
     print("a controller's lost throughput, by export mode ...", file=sys.stderr)
     figures["controller"] = controller.figures(1.0 if args.quick else 20.0, 1 if args.quick else 5)
     _table(figures, lines, size_mb, steps)
+    _fsync_table(figures["fsync"])
     print("\nA Python controller's throughput, as a share of the same loop with no trace:\n")
     print(controller.report(figures["controller"]))
     if args.json:

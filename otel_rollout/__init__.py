@@ -16,6 +16,7 @@ from .batch_age import (
     step_ages,
     tokens_by_version,
 )
+from .constants import ROLLOUT_TRACE_FILENAME
 from .exporters import EventExporter, JsonlExporter
 from .otel import OtelSettings, configure
 from .reader import EventReader, read_events
@@ -23,7 +24,7 @@ from .schema import SCHEMA_VERSION
 
 __version__ = "0.1.0"
 
-_FROM_TRACE = ("ROLLOUT_TRACE_FILENAME", "RolloutTrace")
+_FROM_TRACE = ("RolloutTrace",)
 
 
 def __getattr__(name: str) -> object:

@@ -1,10 +1,11 @@
-"""The background engine: one queue, one thread, a list of exporters.
+"""The background engine: one queue, one thread, the log and a list of other exporters.
 
 The caller's side is a closure made once (:func:`Pipeline.make_emit`) that
 builds the event dict (the time stamp, ``run_id``, ``event`` and the fields)
 and puts it on a ``SimpleQueue``: the same work as the plain design, so the
-writer is left with only what it must do.  Encoding, I/O, spans and metrics
-happen on the background thread.  The first exporter is the canonical log:
+writer is left with only what it must do.  Encoding, I/O, syncs to disk,
+spans and metrics happen on the background thread.  The log
+(:class:`~otel_rollout.exporters.LogExporter`) is the canonical record:
 what it cannot write, and what the full queue turned away, is reported in the
 log itself as ``trace.dropped`` once it accepts writes again.
 """
@@ -14,12 +15,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from queue import SimpleQueue
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from queue import Empty, SimpleQueue
 from typing import Any
 
-from .exporters import EventExporter
+from .exporters import CountingExporter, EventExporter, LogExporter
 
 _log = logging.getLogger("otel_rollout")
 
@@ -31,17 +32,49 @@ Emit = Callable[..., None]
 
 @dataclass
 class PipelineStats:
-    """What happened to the events the caller handed over (read them after ``flush``)."""
+    """What happened to the events the caller handed over (read them after ``flush``).
+
+    The first fields are the pipeline's own; the rest add up what the exporters
+    report through ``counts()`` (see :data:`otel_rollout.exporters.COUNTS`),
+    and counts of other names are kept in ``other``.
+    """
 
     written: int = 0
     dropped_queue_full: int = 0
     dropped_write_error: int = 0
     renamed_fields: int = 0
     exporter_errors: int = 0
+    #: Events waiting to be written when these stats were read.
+    queued: int = 0
+    spans_made: int = 0
+    spans_sent: int = 0
+    spans_failed: int = 0
+    spans_dropped: int = 0
+    spans_queued: int = 0
+    metric_exports_failed: int = 0
+    events_oversized: int = 0
+    log_syncs: int = 0
+    other: dict[str, int] = field(default_factory=dict)
 
     @property
     def dropped(self) -> int:
         return self.dropped_queue_full + self.dropped_write_error
+
+    def add(self, counts: Mapping[str, int]) -> None:
+        """Add an exporter's counts to these."""
+        for name, value in counts.items():
+            if name in _COUNTED:
+                setattr(self, name, getattr(self, name) + value)
+            else:
+                self.other[name] = self.other.get(name, 0) + value
+
+
+_OWN = ("written", "dropped_queue_full", "dropped_write_error", "renamed_fields", "exporter_errors")
+_COUNTED = frozenset(f.name for f in fields(PipelineStats)) - {*_OWN, "other", "queued"}
+
+
+class _DurableFlush(threading.Event):
+    """A flush marker whose waiter is released once what came before it is on disk."""
 
 
 class Pipeline:
@@ -50,18 +83,21 @@ class Pipeline:
     def __init__(
         self,
         run_id: str,
-        exporters: Sequence[EventExporter],
+        log: LogExporter,
+        exporters: Sequence[EventExporter] = (),
         *,
         capacity: int,
         max_batch: int,
         retry_max_delay: float = 0.2,
     ) -> None:
-        if not exporters:
-            raise ValueError("a pipeline needs at least one exporter (the log)")
         self.run_id = run_id
         self.stats = PipelineStats()
-        self._exporters = list(exporters)
-        self._failed_exporters: set[int] = set()
+        #: The canonical log: retried while its faults may pass, synced to disk.
+        self.log = log
+        #: Every other exporter (spans, metrics, the caller's own): given each batch once.
+        self.exporters: list[EventExporter] = list(exporters)
+        self._failed_exporters: set[int] = set()  # id() of exporters whose failure was logged
+        self._sync_due: float | None = None  # time.monotonic() when the log's next sync is due
         self._capacity = capacity
         self._max_batch = max_batch
         self._retry_max_delay = retry_max_delay
@@ -110,15 +146,27 @@ class Pipeline:
         """Enqueue an event the trace itself makes (``run.start``), past the capacity check."""
         self._queue.put(event)
 
+    def snapshot(self) -> PipelineStats:
+        """The pipeline's counts with the exporters' own added, as of now."""
+        stats = replace(self.stats, other={}, queued=self._queue.qsize())
+        for exporter in (self.log, *self.exporters):
+            if isinstance(exporter, CountingExporter):
+                try:
+                    stats.add(exporter.counts())
+                except Exception:
+                    _log.exception("otel-rollout: %s.counts() failed", type(exporter).__name__)
+        return stats
+
     def _count_queue_full(self) -> None:
         with self._lock:
             self.stats.dropped_queue_full += 1
 
-    def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every event queued before this call has been exported."""
+    def flush(self, timeout: float | None = None, *, durable: bool = False) -> bool:
+        """Wait until every event queued before this call has been exported (and, if
+        ``durable``, synced to disk by the writer thread)."""
         if self._closed or not self._thread.is_alive():
             return not self._thread.is_alive()
-        done = threading.Event()
+        done = _DurableFlush() if durable else threading.Event()
         with self._lock:
             self._markers_put += 1
         self._queue.put(done)
@@ -156,19 +204,19 @@ class Pipeline:
     def restart_in_child(
         self, run_id: str, exporters: Callable[[], Sequence[EventExporter]]
     ) -> None:
-        """After ``fork``: a fresh queue and thread, the same log, and after it the exporters
+        """After ``fork``: a fresh queue and thread, the same log, and beside it the exporters
         ``exporters()`` makes; the parent's queued events stay its own.  The new thread makes
         them, not the fork hook: gRPC cannot open a channel while the fork is being handled."""
         self.run_id = run_id
         self.stats = PipelineStats()
-        self._exporters = self._exporters[:1]
+        self.exporters = []
         self._failed_exporters = set()
         self._start(exporters)
 
     def _run(self, exporters: Callable[[], Sequence[EventExporter]] | None = None) -> None:
         if exporters is not None:
             try:
-                self._exporters += exporters()
+                self.exporters += exporters()
             except Exception:
                 _log.exception("otel-rollout: exporters after fork failed; writing the log only")
         get = self._queue.get
@@ -177,7 +225,16 @@ class Pipeline:
         max_batch = self._max_batch
         while not stopping:
             waiting = qsize()
-            items = [get() for _ in range(min(waiting, max_batch))] if waiting else [get()]
+            if waiting:
+                items = [get() for _ in range(min(waiting, max_batch))]
+            elif self._sync_due is None:
+                items = [get()]
+            else:  # idle with lines not yet on disk: wake when their sync falls due
+                try:
+                    items = [get(timeout=max(self._sync_due - time.monotonic(), 0.0))]
+                except Empty:
+                    self._sync()
+                    continue
             try:
                 stopping = self._process(items)
             except Exception:  # never let the writer die: the controller relies on it
@@ -189,10 +246,10 @@ class Pipeline:
             self._shut_down_exporters()
 
     def _shut_down_exporters(self) -> None:
-        """The log first (it only closes a file); then the others, which may wait on a
-        network, each on a helper thread given what is left of close's time."""
-        _shut_down(self._exporters[0])
-        for exporter in self._exporters[1:]:
+        """The log first (it only syncs and closes a file); then the others, which may wait
+        on a network, each on a helper thread given what is left of close's time."""
+        _shut_down(self.log)
+        for exporter in self.exporters:
             name = type(exporter).__name__
             helper = threading.Thread(
                 target=_shut_down, args=(exporter,), name=f"otel-rollout-{name}", daemon=True
@@ -221,9 +278,21 @@ class Pipeline:
         self._markers_taken += len(waiters) + stopping
         if events:
             self._export(events)
+        if any(waiter.__class__ is _DurableFlush for waiter in waiters):
+            self._sync(force=True)
         for waiter in waiters:
             waiter.set()
         return stopping
+
+    def _sync(self, force: bool = False) -> None:
+        """Let the log sync what it wrote if that is due (or ``force``d); note when next."""
+        try:
+            wait = self.log.sync(force)
+        except Exception:
+            self.stats.exporter_errors += 1
+            _log.exception("otel-rollout: syncing the log failed")
+            wait = None
+        self._sync_due = None if wait is None else time.monotonic() + wait
 
     def _rename_reserved(self, t: float, name: str, fields: dict[str, Any]) -> dict[str, Any]:
         """Reserved keys win; a caller's ``t``/``run_id``/``event`` field is kept as ``t_`` etc."""
@@ -251,8 +320,9 @@ class Pipeline:
             self.stats.dropped_write_error += lost_ours
             ours -= lost_ours
         self.stats.written += ours
-        for index in range(1, len(self._exporters)):
-            self._call(index, events)
+        self._sync()
+        for exporter in self.exporters:
+            self._call(exporter, events)
 
     def _export_to_log(self, events: list[dict[str, Any]]) -> int:
         """Write ``events`` to the log, retrying the unwritten tail while its fault may pass
@@ -261,11 +331,11 @@ class Pipeline:
         While this waits, the caller's queue fills and ``emit`` drops and counts events:
         memory stays bounded and the controller never waits.  ``close`` ends the waiting.
         """
-        log = self._exporters[0]
+        log = self.log
         pending, delay = events, 0.01
         while True:
-            lost = min(self._call(0, pending), len(pending))
-            if not lost or not getattr(log, "retryable", False):
+            lost = min(self._call(log, pending), len(pending))
+            if not lost or not log.retryable:
                 return lost
             pending = pending[len(pending) - lost :]
             give_up_at = self._give_up_at
@@ -276,14 +346,13 @@ class Pipeline:
             time.sleep(wait)
             delay = min(delay * 2, self._retry_max_delay)
 
-    def _call(self, index: int, events: list[dict[str, Any]]) -> int:
-        exporter = self._exporters[index]
+    def _call(self, exporter: EventExporter, events: list[dict[str, Any]]) -> int:
         try:
             lost = exporter.export(events)
         except Exception:
             self.stats.exporter_errors += 1
-            if index not in self._failed_exporters:
-                self._failed_exporters.add(index)
+            if id(exporter) not in self._failed_exporters:
+                self._failed_exporters.add(id(exporter))
                 _log.exception(
                     "otel-rollout: %s failed; counting its losses", type(exporter).__name__
                 )

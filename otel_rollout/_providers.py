@@ -7,15 +7,20 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from opentelemetry.context import Context
+from opentelemetry.sdk.environment_variables import OTEL_BSP_MAX_QUEUE_SIZE
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     ConsoleMetricExporter,
+    MetricExporter,
+    MetricExportResult,
     MetricReader,
+    MetricsData,
     PeriodicExportingMetricReader,
 )
 from opentelemetry.sdk.metrics.view import View
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     ConsoleSpanExporter,
@@ -48,36 +53,10 @@ def resource(run_id: str, chosen: OtelSettings) -> Resource:
     detected = _detected.get(key)
     if detected is None:
         detected = Resource.create(attrs)
-        if detected.attributes.get("service.name", "").startswith("unknown_service"):
+        if str(detected.attributes.get("service.name", "")).startswith("unknown_service"):
             detected = detected.merge(Resource({"service.name": DEFAULT_SERVICE_NAME}))
         _detected[key] = detected
     return detected.merge(Resource({"service.instance.id": run_id}))
-
-
-class _QueueFullDrops(logging.Filter):
-    """Counts the SDK batch processor's "Queue full, dropping" warnings, letting one through.
-
-    The SDK keeps no count of the spans it drops when its queue is full; it logs
-    a warning per span, which would flood a training job's log under overload.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not str(record.msg).startswith("Queue full, dropping"):
-            return True
-        self.count += 1
-        if self.count == 1:
-            record.msg = "Queue full, dropping %s (further drops are counted, not logged)."
-            return True
-        return False
-
-
-QUEUE_FULL_DROPS = _QueueFullDrops()
-# First in line: the SDK's own DuplicateFilter would hide repeats from a filter after it.
-logging.getLogger("opentelemetry.sdk._shared_internal").filters.insert(0, QUEUE_FULL_DROPS)
 
 
 class CountingSpanExporter(SpanExporter):
@@ -85,10 +64,12 @@ class CountingSpanExporter(SpanExporter):
 
     def __init__(self, inner: SpanExporter) -> None:
         self.inner = inner
+        self.taken = 0  # spans handed to export (out of the batch queue)
         self.exported = 0
         self.failed = 0
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.taken += len(spans)
         try:
             result = self.inner.export(spans)
         except Exception as exc:  # an exporter bug must not stop the batch processor
@@ -107,6 +88,95 @@ class CountingSpanExporter(SpanExporter):
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         return self.inner.force_flush(timeout_millis)
+
+
+class BoundedSpanProcessor(SpanProcessor):
+    """Hands ended spans to a batch processor while its queue has room, and counts the rest.
+
+    The SDK's batch processor keeps no count of what it drops when its queue is
+    full (it logs a warning per span).  Spans in its queue are those handed to
+    it and not yet taken by its exporter (counted by ``counting``), so this
+    wrapper keeps the queue from ever filling and counts each span it turns
+    away.  Taken is counted when ``export`` starts, just after the SDK empties
+    the queue into the batch: at worst a span is turned away a moment early.
+    """
+
+    def __init__(self, counting: CountingSpanExporter, capacity: int, **options: Any) -> None:
+        self.counting = counting
+        self.capacity = capacity
+        self.inner = BatchSpanProcessor(counting, max_queue_size=capacity, **options)
+        self.handed = 0
+        self.dropped = 0
+
+    @property
+    def queued(self) -> int:
+        """Spans handed on whose export has not ended: in the queue, or being sent."""
+        return self.handed - self.counting.exported - self.counting.failed
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        self.inner.on_start(span, parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self.handed - self.counting.taken >= self.capacity:
+            self.dropped += 1
+            if self.dropped == 1:
+                _log.warning(
+                    "otel-rollout: the span queue is full (%d, OTEL_BSP_MAX_QUEUE_SIZE); "
+                    "dropping spans, counted, not logged one by one",
+                    self.capacity,
+                )
+            return
+        self.handed += 1
+        self.inner.on_end(span)
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+def _span_queue_size() -> int:
+    """The batch queue's size: ``OTEL_BSP_MAX_QUEUE_SIZE``, or the SDK's default of 2048."""
+    raw = os.environ.get(OTEL_BSP_MAX_QUEUE_SIZE, "").strip()
+    try:
+        size = int(raw) if raw else 2048
+    except ValueError:
+        size = 0
+    if size <= 0:
+        _log.warning("ignoring %s=%r; using 2048", OTEL_BSP_MAX_QUEUE_SIZE, raw)
+        size = 2048
+    return size
+
+
+class CountingMetricExporter(MetricExporter):
+    """Passes metric exports on; counts (and logs once) the ones that failed."""
+
+    def __init__(self, inner: MetricExporter) -> None:
+        # The periodic reader reads the exporter's preferences from these attributes.
+        super().__init__(inner._preferred_temporality, inner._preferred_aggregation)
+        self.inner = inner
+        self.failed = 0
+
+    def export(
+        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
+    ) -> MetricExportResult:
+        try:
+            result = self.inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+        except Exception as exc:  # an exporter bug must not stop the periodic reader
+            _log.warning("otel-rollout: metric export raised %s", exc)
+            result = MetricExportResult.FAILURE
+        if result is not MetricExportResult.SUCCESS:
+            if not self.failed:
+                _log.warning("otel-rollout: metrics could not be exported; counting the failures")
+            self.failed += 1
+        return result
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        self.inner.shutdown(timeout_millis=timeout_millis, **kwargs)
 
 
 def otlp_span_exporter(chosen: OtelSettings) -> SpanExporter:
@@ -153,29 +223,43 @@ def span_builder(run_id: str, chosen: OtelSettings) -> SpanBuilder:
     owned = TracerProvider(resource=resource(run_id, chosen), shutdown_on_exit=False)
     exporter = ConsoleSpanExporter() if chosen.traces == "console" else otlp_span_exporter(chosen)
     counting = CountingSpanExporter(exporter)
-    owned.add_span_processor(BatchSpanProcessor(counting, max_export_batch_size=_live_batch_size()))
+    capacity = _span_queue_size()
+    batch = _live_batch_size()  # no bigger than the queue, which the SDK would refuse
+    batch = None if batch is None else min(batch, capacity)
+    processor = BoundedSpanProcessor(counting, capacity, max_export_batch_size=batch)
+    owned.add_span_processor(processor)
     tracer = owned.get_tracer(SCOPE)
-    dropped_before = QUEUE_FULL_DROPS.count
+
+    def counts() -> dict[str, int]:
+        return {
+            "spans_sent": counting.exported,
+            "spans_failed": counting.failed,
+            "spans_dropped": processor.dropped,
+            "spans_queued": processor.queued,
+        }
 
     def shutdown() -> None:
         owned.shutdown()
-        dropped = QUEUE_FULL_DROPS.count - dropped_before
-        if dropped or counting.failed:
+        if processor.dropped or counting.failed or processor.queued:
             _log.warning(
-                "otel-rollout: spans: %d sent, %d dropped (batch queue full), %d not accepted",
+                "otel-rollout: spans: %d sent, %d not accepted, %d dropped (batch queue full), "
+                "%d queued at close",
                 counting.exported,
-                dropped,
                 counting.failed,
+                processor.dropped,
+                processor.queued,
             )
 
-    builder = SpanBuilder(lambda _: tracer, on_shutdown=shutdown)
-    builder.span_exporter = counting  # type: ignore[attr-defined]
-    return builder
+    return SpanBuilder(lambda _: tracer, on_shutdown=shutdown, counts=counts)
 
 
-def push_metric_readers(chosen: OtelSettings) -> list[MetricReader]:
-    """The readers that push metrics (OTLP, console) as ``chosen`` asks; none for Prometheus."""
+def push_metric_readers(
+    chosen: OtelSettings, counted: list[CountingMetricExporter] | None = None
+) -> list[MetricReader]:
+    """The readers that push metrics (OTLP, console) as ``chosen`` asks; none for Prometheus.
+    Each exporter is wrapped to count failed exports, and the wrappers added to ``counted``."""
     readers: list[MetricReader] = []
+    wrapped: list[CountingMetricExporter] = [] if counted is None else counted
     if "otlp" in chosen.metrics:
         if chosen.protocol == "http/protobuf":
             from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
@@ -189,14 +273,18 @@ def push_metric_readers(chosen: OtelSettings) -> list[MetricReader]:
             exporter = GrpcMetricExporter(
                 endpoint=chosen.endpoint, insecure=_insecure(chosen.endpoint)
             )
-        readers.append(PeriodicExportingMetricReader(exporter))
+        wrapped.append(CountingMetricExporter(exporter))
+        readers.append(PeriodicExportingMetricReader(wrapped[-1]))
     if "console" in chosen.metrics:
-        readers.append(PeriodicExportingMetricReader(ConsoleMetricExporter()))
+        wrapped.append(CountingMetricExporter(ConsoleMetricExporter()))
+        readers.append(PeriodicExportingMetricReader(wrapped[-1]))
     return readers
 
 
-def _metric_readers(chosen: OtelSettings) -> tuple[list[MetricReader], Callable[[], None]]:
-    readers = push_metric_readers(chosen)
+def _metric_readers(
+    chosen: OtelSettings, counted: list[CountingMetricExporter]
+) -> tuple[list[MetricReader], Callable[[], None]]:
+    readers = push_metric_readers(chosen, counted)
     stops: list[Callable[[], None]] = []
     if "prometheus" in chosen.metrics:
         reader, stop = _prometheus_reader(chosen)
@@ -271,14 +359,18 @@ def metrics_exporter(run_id: str, chosen: OtelSettings) -> MetricsExporter:
     if chosen.meter_provider is not None:
         provider = chosen.meter_provider
         return MetricsExporter(provider.get_meter(SCOPE), on_shutdown=provider.force_flush)
-    readers, stop_servers = _metric_readers(chosen)
+    counted: list[CountingMetricExporter] = []
+    readers, stop_servers = _metric_readers(chosen, counted)
     owned = meter_provider(run_id, chosen, readers)
 
     def shutdown() -> None:
         owned.shutdown()
         stop_servers()
 
-    return MetricsExporter(owned.get_meter(SCOPE), on_shutdown=shutdown)
+    def counts() -> dict[str, int]:
+        return {"metric_exports_failed": sum(c.failed for c in counted)}
+
+    return MetricsExporter(owned.get_meter(SCOPE), on_shutdown=shutdown, counts=counts)
 
 
 def build_exporters(run_id: str, chosen: OtelSettings) -> list[EventExporter]:

@@ -24,7 +24,7 @@ def _attrs(key_values: Any) -> dict[str, Any]:
     for kv in key_values:
         which = kv.value.WhichOneof("value")
         value = getattr(kv.value, which) if which else None
-        if which == "array_value":
+        if which == "array_value" and value is not None:
             value = [getattr(v, v.WhichOneof("value")) for v in value.values]
         out[kv.key] = value
     return out
@@ -117,7 +117,7 @@ class OtlpReceiver:
 
     def _start_http(self) -> None:
         receiver = self
-        routes = {
+        routes: dict[str, tuple[Any, Any, list[Any]]] = {
             "/v1/traces": (
                 trace_service_pb2.ExportTraceServiceRequest,
                 trace_service_pb2.ExportTraceServiceResponse,

@@ -203,7 +203,7 @@ def seal_counts(tokens_by_version: Mapping[Any, int] | None) -> dict[int, int]:
     if not tokens_by_version:
         return {}
     if next(iter(tokens_by_version)).__class__ is int:  # a typed event's: keep, not copy
-        return tokens_by_version  # type: ignore[return-value]
+        return tokens_by_version  # type: ignore[return-value]  # int keys, checked just above
     return {int(v): n for v, n in tokens_by_version.items()}
 
 

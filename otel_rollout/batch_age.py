@@ -64,7 +64,7 @@ def tokens_by_version(
     than once, the latest seal wins.
     """
     [counts] = run_events(events, [SealedCounts()], on_warning=_warner(on_malformed))
-    return counts  # type: ignore[no-any-return]
+    return counts
 
 
 def step_ages(events: Iterable[Any], *, on_malformed: OnMalformed | None = None) -> list[StepAge]:
@@ -77,7 +77,7 @@ def step_ages(events: Iterable[Any], *, on_malformed: OnMalformed | None = None)
     ``on_malformed({"where": line or "event N"}, reason)`` (default: a warning).
     """
     [rows] = run_events(events, [StepAges()], on_warning=_warner(on_malformed))
-    return rows  # type: ignore[no-any-return]
+    return rows
 
 
 def batch_age_by_step(

@@ -295,7 +295,7 @@ class CostAnalysis(Analysis):
             attempt = self.state.attempts.get(e.attempt_id)
             key = attempt[1] if attempt is not None else self.state.key(e)
             if key in self.regenerating:
-                self.watching.tokens_regenerated += tokens  # type: ignore[union-attr]
+                self.watching.tokens_regenerated += tokens  # type: ignore[union-attr]  # regenerating keys exist only while watching
 
     def _refuse(self, e: Any) -> None:
         self.report.refused_attempts += 1
@@ -391,7 +391,7 @@ def analyze(
     steps before and after each boundary give its batch age before/after.
     """
     [report] = run_events(events, [CostAnalysis(window)], on_warning=on_warning)
-    return report  # type: ignore[no-any-return]
+    return report
 
 
 def analyze_file(
@@ -403,4 +403,4 @@ def analyze_file(
 ) -> CostReport:
     """:func:`analyze` over a trace file, read once in typed blocks."""
     [report] = run_file(path, [CostAnalysis(window)], on_warning=on_warning, progress=progress)
-    return report  # type: ignore[no-any-return]
+    return report

@@ -55,7 +55,7 @@ def _struct(kind: str, spec: schema.EventKind) -> type[msgspec.Struct]:
         )
 
         def __post_init__(self: Any) -> None:
-            problem = rule(*values(self))  # type: ignore[misc]
+            problem = rule(*values(self))
             if problem is not None:
                 raise ValueError(problem)
 

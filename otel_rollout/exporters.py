@@ -3,16 +3,22 @@
 An exporter is anything with ``export(events) -> int`` and ``shutdown()``: the
 pipeline hands it each batch of event dicts on the background thread, in the
 order they were emitted, and the exporter returns how many of them it could
-not take.  The JSONL log is the canonical exporter; the pipeline turns its
-losses into ``trace.dropped`` lines.
+not take.  One exporter has a role of its own, the pipeline's **log**
+(:class:`LogExporter`, the JSONL file): its losses become ``trace.dropped``
+lines, it is retried while a fault may pass, and it is made durable on disk.
+An exporter that keeps counts reports them through one method,
+:meth:`CountingExporter.counts`; ``RolloutTrace.stats`` adds them up.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
+import math
 import os
-from collections.abc import Sequence
+import stat
+import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePath
 from typing import Any, Protocol, runtime_checkable
 
@@ -20,7 +26,14 @@ import orjson
 
 from . import config
 
-__all__ = ["EventExporter", "JsonlExporter", "encode_event"]
+__all__ = [
+    "COUNTS",
+    "CountingExporter",
+    "EventExporter",
+    "JsonlExporter",
+    "LogExporter",
+    "encode_event",
+]
 
 _log = logging.getLogger("otel_rollout")
 
@@ -41,9 +54,50 @@ class EventExporter(Protocol):
         ...
 
 
-#: An exporter may also have ``retryable``: True after an export lost events to a fault
-#: that may pass.  The pipeline then retries what was lost with backoff (the JSONL log
-#: does this for full or unwritable disks); exporters without it are never retried.
+#: The counts the package's exporters report, and what each one means.  An exporter of
+#: your own may report other names too; ``RolloutTrace.stats.other`` keeps them.
+COUNTS: dict[str, str] = {
+    "spans_made": "spans started from events",
+    "spans_sent": "spans the backend accepted",
+    "spans_failed": "spans the backend refused, or that timed out",
+    "spans_dropped": "spans dropped because the SDK's batch queue was full",
+    "spans_queued": "spans still queued or being sent when the exporter shut down",
+    "metric_exports_failed": "metric exports the backend refused, or that timed out",
+    "events_oversized": "events written as their kind and time only, being too big",
+    "log_syncs": "times the log was made durable on disk (fdatasync)",
+}
+
+
+@runtime_checkable
+class CountingExporter(EventExporter, Protocol):
+    """An exporter that reports what became of what it was given."""
+
+    def counts(self) -> Mapping[str, int]:
+        """Totals so far, by name (see :data:`COUNTS`); cheap, and safe from any thread."""
+        ...
+
+
+@runtime_checkable
+class LogExporter(EventExporter, Protocol):
+    """The pipeline's canonical log, with the two contracts only the log has.
+
+    *Retry.* ``retryable`` is True after an ``export`` lost events to a fault
+    that may pass (a full disk, a file made unwritable).  The pipeline then
+    exports the lost tail again with backoff, until it is taken or ``close``
+    gives up; what is finally lost is reported as ``trace.dropped``.  Other
+    exporters are never retried: their losses are theirs to count.
+
+    *Durability.* The pipeline calls :meth:`sync` on its own thread after
+    every export to the log, when the time it returned falls due, and with
+    ``force`` for ``flush(durable=True)``.
+    """
+
+    retryable: bool
+
+    def sync(self, force: bool = False) -> float | None:
+        """Make what was written durable if due (always, with ``force``); the seconds until
+        a sync falls due, or None when nothing written waits for one."""
+        ...
 
 
 def _default(value: Any) -> Any:
@@ -101,16 +155,22 @@ def encode_event(event: dict[str, Any]) -> bytes:
         try:
             return orjson.dumps(jsonable(event), default=_default, option=_OPTIONS) + b"\n"
         except (TypeError, RecursionError) as exc:
-            fallback = {k: event[k] for k in ("t", "run_id", "event") if k in event}
+            fallback: dict[str, Any] = {k: event[k] for k in ("t", "run_id", "event") if k in event}
             fallback["unencodable"] = f"{type(exc).__name__}: {exc}"
             return orjson.dumps(jsonable(fallback), option=_OPTIONS) + b"\n"
 
 
 def oversized(event: dict[str, Any], size: int) -> bytes:
     """The line written instead of an event too big to write: its kind and time, not its fields."""
-    kept = {k: event[k] for k in ("t", "run_id", "event") if k in event}
+    kept: dict[str, Any] = {k: event[k] for k in ("t", "run_id", "event") if k in event}
     kept["oversized"] = {"bytes": size, "fields": sorted(str(k) for k in event if k not in kept)}
     return encode_event(kept)
+
+
+#: Lines after which the log is synced at once: a restored checkpoint must find its
+#: publish line on disk, whatever the interval.  Matched in the batch's bytes (50 ns an
+#: event here, against 100-250 for a test of each event's kind in the encoding loop).
+_SYNC_AT_ONCE = (b'"event":"checkpoint.publish"', b'"event":"checkpoint.restore"')
 
 
 class JsonlExporter:
@@ -118,6 +178,14 @@ class JsonlExporter:
 
     The file is opened unbuffered in append mode: every batch is in the
     kernel's page cache when ``export`` returns, which survives ``kill -9``.
+    :meth:`sync` makes it durable against a node crash too: ``fdatasync`` at
+    most every ``fsync_interval`` seconds (``OTEL_ROLLOUT_FSYNC_INTERVAL``;
+    0: after every batch; ``off`` or infinity: never on its own) and at once after a
+    ``checkpoint.publish`` or ``checkpoint.restore`` line.
+
+    A file whose last line was torn (its writer was killed mid-line) is
+    ended with a newline when opened, so the fragment stays one torn line
+    and this writer's first line is whole.
 
     Faults: a failed write reports how many of the batch's lines did reach the
     file (a full disk can take part of a batch) and sets :attr:`retryable`; a
@@ -127,19 +195,61 @@ class JsonlExporter:
     exceed ``max_event_bytes`` are written as their kind and time only.
     """
 
-    def __init__(self, path: Path, *, max_event_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        max_event_bytes: int | None = None,
+        fsync_interval: float | None = None,
+    ) -> None:
         self.path = path
         self.max_event_bytes = config.MAX_EVENT_BYTES.resolve(max_event_bytes)
+        self.fsync_interval = config.FSYNC_INTERVAL.resolve(fsync_interval)
         #: True after a write failed for a reason that may pass (full disk, read-only remount).
         self.retryable = False
         #: Events written as their kind and time only, because they were too big.
         self.oversized = 0
+        #: Times the file was synced to disk.
+        self.syncs = 0
         self._fd: int | None = self._open()
         self._failing = False
         self._cut = False  # the last failed write left part of a line in the file
+        self._unsynced = False  # lines written since the last sync
+        self._sync_now = False  # ...among them a checkpoint line
+        self._synced_at = -math.inf  # time.monotonic() of the last sync
+        self._sync_failed = False
+        self._end_torn_line()
 
     def _open(self) -> int:
-        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # A pipe or a device has nothing to sync (fdatasync fails with EINVAL).
+        self._regular_file = stat.S_ISREG(os.fstat(fd).st_mode)
+        return fd
+
+    def _end_torn_line(self) -> None:
+        """End a fragment a killed writer left at the file's end, so our first line is whole."""
+        assert self._fd is not None
+        if not self._regular_file:
+            return
+        try:
+            size = os.fstat(self._fd).st_size
+            if not size:
+                return
+            with open(self.path, "rb") as f:
+                f.seek(size - 1)
+                last = f.read(1)
+        except OSError:
+            return  # unreadable to us: we cannot tell, and must not guess
+        if last not in (b"\n", b""):
+            os.write(self._fd, b"\n")
+            _log.warning(
+                "otel-rollout: %s ended in a torn line (a writer was killed mid-line); ended it",
+                self.path,
+            )
+
+    def counts(self) -> dict[str, int]:
+        """Events written short because they were too big, and syncs to disk."""
+        return {"events_oversized": self.oversized, "log_syncs": self.syncs}
 
     def _encode(self, events: Sequence[dict[str, Any]]) -> list[bytes]:
         dumps = orjson.dumps
@@ -171,6 +281,10 @@ class JsonlExporter:
         data = b"".join(lines)
         lead = b"\n" if self._cut else b""
         done, error = self._write(lead + data)
+        if done:
+            self._unsynced = True
+            if not self._sync_now and any(kind in data for kind in _SYNC_AT_ONCE):
+                self._sync_now = True
         if error is None:
             self._cut = False
             if self._failing:
@@ -196,7 +310,7 @@ class JsonlExporter:
         done = 0
         try:
             while done < len(data):
-                done += os.write(self._fd, view[done:])  # type: ignore[arg-type]
+                done += os.write(self._fd, view[done:])  # type: ignore[arg-type]  # a memoryview is a buffer
         except OSError as exc:
             return done, exc
         return done, None
@@ -223,7 +337,33 @@ class JsonlExporter:
         os.close(self._fd)
         self._fd, self._cut = fd, False
 
+    def sync(self, force: bool = False) -> float | None:
+        """``fdatasync`` the file if a sync is due, or ``force``d; the seconds until one falls
+        due, or None when nothing written waits for one.  Called on the writer thread only."""
+        if not self._unsynced or self._fd is None or not self._regular_file:
+            return None
+        interval = self.fsync_interval
+        if not force:
+            if interval == math.inf:  # "off": only when asked to
+                return None
+            now = time.monotonic()
+            if not self._sync_now and now - self._synced_at < interval:
+                return self._synced_at + interval - now
+        self._unsynced = self._sync_now = False
+        try:
+            os.fdatasync(self._fd)
+        except OSError as exc:
+            if not self._sync_failed:
+                _log.error("otel-rollout: cannot sync %s to disk: %s", self.path, exc)
+            self._sync_failed = True
+        else:
+            self.syncs += 1
+            self._sync_failed = False
+        self._synced_at = time.monotonic()
+        return None
+
     def shutdown(self) -> None:
         if self._fd is not None:
+            self.sync(force=self.fsync_interval != math.inf)
             os.close(self._fd)
             self._fd = None

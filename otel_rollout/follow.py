@@ -107,7 +107,7 @@ class FileFollower:
             self.offset = self._read_at = 0
             self._pending, self._skipping = b"", False
             reopened = True
-        chunk = os.pread(self._fd, limit, self._read_at)  # type: ignore[arg-type]
+        chunk = os.pread(self._fd, limit, self._read_at)  # type: ignore[arg-type]  # the fd is open while reading
         if not chunk:
             return Lines([], self.offset, self.offset, reopened)
         self._read_at += len(chunk)

@@ -16,7 +16,7 @@ become underscores and counters gain ``_total``: ``rollout.batch_age`` is
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry.metrics import Meter
@@ -61,8 +61,10 @@ class MetricsExporter:
         on_shutdown: Callable[[], None] | None = None,
         *,
         live: LiveBatchAge | None = None,
+        counts: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         self._on_shutdown = on_shutdown
+        self._counts = counts  # what the metric exporters behind the meter counted
         # Shared by the sidecar across a file's runs: a resumed run trains groups sealed before.
         self._live = live if live is not None else LiveBatchAge()
         self._i: dict[str, Any] = {}
@@ -92,9 +94,10 @@ class MetricsExporter:
     def _observe(self, event: dict[str, Any], ended: Counter[tuple[str, str, str]]) -> None:
         i = self._i
         kind = event.get("event")
-        outcome = _OUTCOMES.get(kind) if kind.__class__ is str else None  # type: ignore[arg-type]
+        outcome = _OUTCOMES.get(kind) if kind.__class__ is str else None
         if outcome is not None:
-            ended[(*outcome, str(event.get("reason", "")))] += 1
+            key = (*outcome, str(event.get("reason", "")))
+            ended[key] += 1
         row = self._live.observe(event)
         if row is not None:
             self._record_step(row)
@@ -116,6 +119,10 @@ class MetricsExporter:
             i["rollout.batch_age"].set(row.batch_age)
         for age, n in row.tokens_by_age.items():
             i["rollout.tokens.trained"].add(n, {"age": AGE_LABELS[age]})
+
+    def counts(self) -> dict[str, int]:
+        """Failed metric exports, as the exporters behind the meter counted them."""
+        return dict(self._counts()) if self._counts is not None else {}
 
     def shutdown(self) -> None:
         if self._on_shutdown is not None:

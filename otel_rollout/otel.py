@@ -17,7 +17,8 @@ The standard variables turn export on, as in the SDK's auto-configuration:
 
 The SDK's own variables (``OTEL_EXPORTER_OTLP_HEADERS``, ``OTEL_BSP_*``,
 ``OTEL_METRIC_EXPORT_INTERVAL``, ...) are read by the SDK as usual.  In code,
-:func:`configure` sets defaults for every trace opened afterwards; keyword
+:func:`configure` sets defaults for every trace opened afterwards (an option
+left at ``None`` changes nothing; :func:`reset` forgets them); keyword
 arguments of :class:`~otel_rollout.trace.RolloutTrace` win over both.
 """
 
@@ -31,7 +32,7 @@ from typing import Any
 
 from . import config
 
-__all__ = ["OtelSettings", "configure", "settings"]
+__all__ = ["OtelSettings", "configure", "reset", "settings"]
 
 _log = logging.getLogger("otel_rollout")
 
@@ -73,21 +74,30 @@ class OtelSettings:
         return self.enabled and bool(wants)
 
 
+#: What :func:`configure` set; a setting absent here comes from the environment.
 _defaults: dict[str, Any] = {}
 
 
-def configure(**options: Any) -> None:
+def configure(*, reset: bool = False, **options: Any) -> None:
     """Set defaults (any :class:`OtelSettings` field) for traces opened after this call.
 
-    ``configure(endpoint="http://collector:4317")`` exports spans and metrics
-    over OTLP; ``configure(metrics={"prometheus"})`` serves a scrape endpoint;
-    ``configure(tracer_provider=tp, meter_provider=mp)`` uses yours;
-    ``configure()`` with no arguments forgets earlier calls.
+    As in structlog, an option left out or passed as ``None`` leaves that
+    setting as it was, and ``reset=True`` (or :func:`reset`) first restores
+    the defaults.  ``configure(endpoint="http://collector:4317")`` exports
+    spans and metrics over OTLP; ``configure(metrics={"prometheus"})`` serves
+    a scrape endpoint; ``configure(tracer_provider=tp, meter_provider=mp)``
+    uses yours.  Only an endpoint, an exporter name or an ``OTEL_*`` variable
+    turns network export on.
     """
     _check_names("configure()", options)
-    if not options:
+    if reset:
         _defaults.clear()
-    _defaults.update(_normalize(options))
+    _defaults.update(_normalize({k: v for k, v in options.items() if v is not None}))
+
+
+def reset() -> None:
+    """Forget every :func:`configure` call: the environment's settings apply again."""
+    _defaults.clear()
 
 
 def settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> OtelSettings:
@@ -110,9 +120,10 @@ def settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Otel
         service_name=env.get("OTEL_SERVICE_NAME") or None,
     )
     chosen = {**_defaults, **_normalize({k: v for k, v in overrides.items() if v is not None})}
-    if "endpoint" in chosen and "traces" not in chosen and traces is None:
+    # An endpoint given in code turns OTLP on, as the variable does; nothing else does.
+    if chosen.get("endpoint") and "traces" not in chosen and traces is None:
         chosen["traces"] = "otlp"
-    if "endpoint" in chosen and "metrics" not in chosen and metrics is None:
+    if chosen.get("endpoint") and "metrics" not in chosen and metrics is None:
         chosen["metrics"] = frozenset({"otlp"})
     return replace(base, **chosen)
 

@@ -14,12 +14,14 @@ from __future__ import annotations
 import gzip
 import logging
 import os
+import re
 import zlib
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import msgspec
+import orjson
 
 from . import config, events
 
@@ -34,6 +36,9 @@ _CHUNK = 1 << 17  # small enough that a block and its events stay in the CPU cac
 _MOST_KINDS_SEARCHED = 4
 #: Lines reported one by one before the rest are only counted.
 MAX_WARNINGS = 10
+#: How a skip reason begins for a torn line with more lines after it (see ``on_skip``).
+TORN_LINE = "torn line"
+_RUN_ID = re.compile(rb'"run_id"\s*:\s*"([^"\\]{1,200})"')
 
 _TYPED_ERRORS = (msgspec.DecodeError, RecursionError)
 
@@ -48,6 +53,9 @@ class EventReader:
     the number that were not events (invalid JSON, torn, not an object).
     Each skipped line goes to ``on_skip(line_number, reason)``; by default
     the first few are logged as warnings and the rest summed up at the end.
+    A torn line (a killed writer's fragment) is named as one: ``torn last
+    line`` at the end of the file, ``torn line`` (:data:`TORN_LINE`) where a
+    resumed run wrote after it, with the killed run when the fragment names it.
 
     With ``typed``, events are the schema's structs (:mod:`otel_rollout.events`)
     and a line ``validate`` calls an error is skipped with the validator's words;
@@ -90,17 +98,24 @@ class EventReader:
         self._progress = progress
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        return self._scan(numbered=False)  # type: ignore[return-value]
+        return self._scan(numbered=False)
 
     def numbered(self) -> Iterator[tuple[int, dict[str, Any]]]:
         """Like iteration, but each event comes with its 1-based line number."""
-        return self._scan(numbered=True)  # type: ignore[return-value]
+        return self._scan(numbered=True)
 
-    def _skip(self, lineno: int, reason: str, torn: bool) -> None:
+    def _skip(self, lineno: int, reason: str, torn: bool, line: bytes = b"") -> None:
         if self.first_line_is_event is None:
             self.first_line_is_event = False
         if torn:
-            reason = f"torn last line ({reason}; was the writer killed?)"
+            run = _run_of(line)
+            writer = "the writer" if run is None else f"the writer of run {run}"
+            reason = f"torn last line ({reason}; was {writer} killed?)"
+        elif line and _cut_short(line):
+            # A killed writer's fragment, ended by the next run that opened the file.
+            run = _run_of(line)
+            writer = "its writer" if run is None else f"the writer of run {run}"
+            reason = f"{TORN_LINE}: {writer} was killed mid-line ({reason})"
         self.skipped += 1
         if self._on_skip is not None:
             self._on_skip(lineno, reason)
@@ -116,7 +131,7 @@ class EventReader:
         if self._typed is events.DECODER:  # the one policy: keep, skip with why, or ignore
             event, why = events.from_line(line)
             if why is not None:
-                self._skip(lineno, why, torn)
+                self._skip(lineno, why, torn, line)
             return event
         loads, errors = self._decoder()
         try:
@@ -125,9 +140,9 @@ class EventReader:
             error = exc
 
         if isinstance(error, msgspec.ValidationError):
-            self._skip(lineno, f"not an event: {error}", torn)
+            self._skip(lineno, f"not an event: {error}", torn, line)
         else:
-            self._skip(lineno, f"not valid JSON: {error}", torn)
+            self._skip(lineno, f"not valid JSON: {error}", torn, line)
         return None
 
     def _decoder(self) -> tuple[Callable[[bytes], Any], tuple[type[Exception], ...]]:
@@ -151,7 +166,7 @@ class EventReader:
         try:
             if self._typed is events.DECODER and not chunk.isascii():
                 events.check_utf8(view)  # as a plain parse would (see events.decode)
-            decoded = self._typed.decode_lines(view)  # type: ignore[union-attr]
+            decoded = self._typed.decode_lines(view)  # type: ignore[union-attr]  # only called when typed
         except _TYPED_ERRORS:
             return None
         if self.first_line_is_event is None and decoded:
@@ -172,8 +187,8 @@ class EventReader:
         of the first (the block is consecutive lines) or one line number per event."""
         for batch in self._blocks(numbered=True, whole_numbered=True):
             if batch.__class__ is tuple:
-                self.events += len(batch[0])  # type: ignore[index]
-                yield batch  # type: ignore[misc]
+                self.events += len(batch[0])
+                yield batch
             else:
                 pairs = list(batch)
                 self.events += len(pairs)
@@ -188,7 +203,7 @@ class EventReader:
         # Searching blocks for the wanted kinds pays when they are a few of a file's lines;
         # for many kinds nearly every line matches, and plain parsing then filtering is faster.
         few = kinds is not None and len(kinds) <= _MOST_KINDS_SEARCHED
-        pattern = _kind_pattern(kinds) if few else None  # type: ignore[arg-type]
+        pattern = _kind_pattern(kinds) if few else None  # type: ignore[arg-type]  # few implies kinds
         whole_blocks = self._typed is not None and (whole_numbered or not numbered) and not few
         lineno = 0
         with _open(self.path) as (stream, position, compressed):
@@ -207,13 +222,13 @@ class EventReader:
 
             blocks = _chunks(stream, broken if compressed else None, self.max_line_bytes, long_line)
             for chunk, start, end, final in blocks:
-                events = None
+                events: Any = None
                 newlines = chunk.count(b"\n", start, end)
                 if whole_blocks and not final and (lineno or not chunk.startswith(_BOM, start)):
                     events = self._whole_block(chunk, start, end, whole_numbered)
                     if events is not None and whole_numbered:
                         # blank lines mean the block is numbered line by line instead
-                        events = (events, lineno + 1) if len(events) == newlines else None  # type: ignore[assignment]
+                        events = (events, lineno + 1) if len(events) == newlines else None
                 if events is None and whole_numbered and pattern is not None:
                     # Found lines of a few kinds: their line numbers are worked out only
                     # when one is asked for (counting newlines up to each cost ~30%).
@@ -222,7 +237,7 @@ class EventReader:
                     )
                     where = _locator(chunk, start, lineno)
                     lazy = _LazyLines([offset for offset, _ in pairs], where)
-                    events = ([e for _, e in pairs], lazy)  # type: ignore[assignment]
+                    events = ([e for _, e in pairs], lazy)
                 if events is None:
                     events = self._lines(chunk, start, end, final, lineno, pattern, numbered)
                 yield events
@@ -294,8 +309,8 @@ class EventReader:
                     continue
             else:
                 if event.__class__ is not dict:
-                    kind = f"a JSON {type(event).__name__}, not an object"
-                    self._skip(where(n) if where else n, kind, final)
+                    what = f"a JSON {type(event).__name__}, not an object"
+                    self._skip(where(n) if where else n, what, final)
                     first = False
                     continue
                 if first:
@@ -305,13 +320,40 @@ class EventReader:
                     typed_event, why = events.from_object(event)
                     if typed_event is None:
                         if why is not None:
-                            self._skip(where(n) if where else n, why, final)
+                            self._skip(where(n) if where else n, why, final, line)
                         continue
                 if kinds is not None:
                     kind = event.get("event")
                     if kind.__class__ is not str or kind not in kinds:
                         continue
             yield (n, event) if numbered else event
+
+
+def _cut_short(line: bytes) -> bool:
+    """Whether ``line`` is the start of a JSON object that ends too early, as a killed
+    writer leaves it (a character cut in two at the end counts too)."""
+    if not line.startswith(b"{"):
+        return False
+    for trim in range(4):  # a UTF-8 character is at most 4 bytes: up to 3 may be left
+        if trim and (trim >= len(line) or line[-trim] < 0x80):
+            return False
+        piece = line[: len(line) - trim]
+        try:
+            orjson.loads(piece)
+        except orjson.JSONDecodeError as exc:
+            if exc.pos >= len(piece.rstrip()):
+                return True
+            if "UTF-8" not in str(exc):
+                return False
+        else:
+            return False
+    return False
+
+
+def _run_of(line: bytes) -> str | None:
+    """The ``run_id`` a line's text names, if it got that far."""
+    match = _RUN_ID.search(line, 0, 400)
+    return match.group(1).decode("utf-8", "replace") if match else None
 
 
 class EventStream(Iterator[dict[str, Any]]):
@@ -392,7 +434,7 @@ class _LazyLines(Sequence[int]):
     def __len__(self) -> int:
         return len(self._offsets)
 
-    def __getitem__(self, i: int) -> int:  # type: ignore[override]
+    def __getitem__(self, i: int) -> int:  # type: ignore[override]  # ints only, no slices
         return self._where(self._offsets[i])
 
 
@@ -481,8 +523,8 @@ class _open:
 
     def __enter__(self) -> tuple[IO[bytes], Callable[[], int], bool]:
         raw = self._raw
-        if raw.peek(2)[:2] == _GZIP_MAGIC:  # type: ignore[attr-defined]
-            return gzip.GzipFile(fileobj=raw), raw.tell, True
+        if raw.peek(2)[:2] == _GZIP_MAGIC:  # type: ignore[attr-defined]  # a BufferedReader has peek
+            return cast(IO[bytes], gzip.GzipFile(fileobj=raw)), raw.tell, True
         return raw, raw.tell, False
 
     def __exit__(self, *exc: object) -> None:

@@ -448,9 +448,9 @@ def struct_type(name: str, fields: Iterable[str]) -> type[msgspec.Struct]:
     For readers that need a few fields of every line (``EventReader(as_type=...)``):
     msgspec skips the other fields without building them.  Fields a kind lacks are None.
     """
-    common = [("event", str), ("t", float), ("run_id", str)]
+    common: list[Any] = [("event", str), ("t", float), ("run_id", str)]
     optional = [(f, _python_type(f) | None, None) for f in fields if f not in COMMON_FIELDS]
-    return msgspec.defstruct(name, common + optional, gc=False)  # type: ignore[arg-type]
+    return msgspec.defstruct(name, common + optional, gc=False)
 
 
 def json_schema_text() -> bytes:

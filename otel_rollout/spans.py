@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import trace as otel_trace
@@ -89,7 +89,8 @@ class SpanBuilder:
     ``tracer_for`` gives the tracer of a run (its resource carries
     ``service.instance.id`` = the run's ID); a live trace has one run, a
     replayed file may have several.  ``on_shutdown`` runs after open spans
-    are ended (to flush and shut down the providers).  With ``end_other_runs``
+    are ended (to flush and shut down the providers); ``counts`` gives what
+    the span exporter behind the tracer counted, for :meth:`counts`.  With ``end_other_runs``
     a ``run.start`` ends what every other run left open (a replayed file: the
     earlier run has stopped); the sidecar, which knows which runs are alive,
     turns it off and calls :meth:`end_open_spans` itself.
@@ -101,8 +102,10 @@ class SpanBuilder:
         on_shutdown: Callable[[], None] | None = None,
         *,
         end_other_runs: bool = True,
+        counts: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         self._tracer_for = tracer_for
+        self._counts = counts
         self._on_shutdown = on_shutdown
         self._end_other_runs = end_other_runs
         self._groups: dict[str, otel_trace.Span] = {}
@@ -172,6 +175,11 @@ class SpanBuilder:
                 span.set_attribute("rollout.ended_by", reason)
                 span.end(end_time=_ns(self._last_t.get(run, 0.0)) if run else None)
                 del spans[key]
+
+    def counts(self) -> dict[str, int]:
+        """Spans made, and what the exporter behind them counted (sent, failed, dropped...)."""
+        extra = self._counts() if self._counts is not None else {}
+        return {"spans_made": self.spans_started, **extra}
 
     # Handlers, one per event kind.
 

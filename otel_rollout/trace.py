@@ -34,6 +34,7 @@ from .batch_age import (
     pop_batch_age,
     tokens_by_version,
 )
+from .constants import ROLLOUT_TRACE_FILENAME
 from .exporters import EventExporter, JsonlExporter
 from .follow import file_size
 from .reader import read_events
@@ -57,8 +58,6 @@ __all__ = [
     "tokens_by_version",
 ]
 
-ROLLOUT_TRACE_FILENAME = "rollout_trace.jsonl"
-
 _log = logging.getLogger("otel_rollout")
 
 
@@ -79,6 +78,8 @@ class RolloutTrace:
     ``RolloutTrace(None)`` makes every call a no-op.  ``capacity`` bounds the
     events waiting to be written (``OTEL_ROLLOUT_QUEUE_SIZE``); past it, events
     are dropped, counted and reported in the file as ``trace.dropped``.
+    ``fsync_interval`` is the most seconds between syncs of the file to disk
+    (``OTEL_ROLLOUT_FSYNC_INTERVAL``, default 1; 0: every batch; ``math.inf``: off).
     ``exporters`` receive every event too, on the same background thread.
 
     Spans and metrics are built on that thread when configured: by the
@@ -92,6 +93,7 @@ class RolloutTrace:
         path: Path | str | None,
         *,
         capacity: int | None = None,
+        fsync_interval: float | None = None,
         exporters: tuple[EventExporter, ...] | list[EventExporter] = (),
         config_fields: dict[str, Any] | None = None,
         **otel_options: Any,
@@ -106,7 +108,7 @@ class RolloutTrace:
         self._closed = False
         self.otel = otel.settings(**otel_options)  # misspelt options fail before any I/O
         if path is None:
-            self.emit = _noop  # type: ignore[method-assign]
+            self.emit = _noop  # type: ignore[method-assign]  # emit is rebound per state: no branch on the hot path
             return
         path = Path(path)
         if path.is_dir():
@@ -114,16 +116,18 @@ class RolloutTrace:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.run_id = new_run_id()
-        log = JsonlExporter(path)  # opened first: the sidecar's offset is where our lines begin
+        # Opened first: the sidecar's offset is where our lines begin.
+        log = JsonlExporter(path, fsync_interval=fsync_interval)
         self._pipeline = Pipeline(
             self.run_id,
-            [log, *exporters, *self._made_here(self.run_id)],
+            log,
+            [*exporters, *self._made_here(self.run_id)],
             capacity=config.QUEUE_SIZE.resolve(capacity),
             max_batch=config.MAX_BATCH.resolve(),
             retry_max_delay=config.RETRY_MAX_DELAY.resolve(),
         )
         self._config_fields = config_fields
-        self.emit = self._pipeline.make_emit()  # type: ignore[method-assign]
+        self.emit = self._pipeline.make_emit()  # type: ignore[method-assign]  # the pipeline's closure is the fast emit
         self._submit_run_start()
         _live.add(self)
         _handle_sigterm()
@@ -166,8 +170,21 @@ class RolloutTrace:
 
     @property
     def stats(self) -> PipelineStats:
-        """Events written and dropped so far (call :meth:`flush` first for exact numbers)."""
-        return self._pipeline.stats if self._pipeline is not None else PipelineStats()
+        """Events written and dropped so far, with what the exporters count (spans made, sent,
+        refused, dropped, queued at close; metric exports failed; syncs to disk) and, after
+        :meth:`close`, the export sidecar's counts.  Call :meth:`flush` first for exact numbers.
+        """
+        if self._pipeline is None:
+            return PipelineStats()
+        stats = self._pipeline.snapshot()
+        stats.add({k: v for k, v in self.sidecar_counts.items() if isinstance(v, int)})
+        return stats
+
+    @property
+    def exporters(self) -> tuple[EventExporter, ...]:
+        """The exporters that receive every event besides the log: yours, then the span and
+        metric exporters when they are made in this process (none with the export sidecar)."""
+        return tuple(self._pipeline.exporters) if self._pipeline is not None else ()
 
     def emit(self, event: str, /, **fields: Any) -> None:
         """Queue one event, stamped with the current wall-clock time.
@@ -178,16 +195,19 @@ class RolloutTrace:
         # only runs when called through the class, e.g. RolloutTrace.emit(trace, ...).
         self.emit(event, **fields)
 
-    def flush(self) -> None:
+    def flush(self, *, durable: bool = False) -> None:
         """Wait until every event queued before this call has been written.
 
-        Waits at most ``OTEL_ROLLOUT_CLOSE_TIMEOUT`` seconds, so a full disk cannot
-        hang the caller; a flush that gives up says so in the log.
+        With ``durable=True``, wait until it is on disk too (``fdatasync``, made by
+        the writer thread), not only in the page cache: it then survives a node
+        crash or power loss, not only a killed process.  Waits at most
+        ``OTEL_ROLLOUT_CLOSE_TIMEOUT`` seconds, so a full disk cannot hang the
+        caller; a flush that gives up says so in the log.
         """
         if self._pipeline is None:
             return
         limit = config.CLOSE_TIMEOUT.resolve()
-        if not self._pipeline.flush(limit):
+        if not self._pipeline.flush(limit, durable=durable):
             _log.warning("otel-rollout: flush gave up after %.1fs; events are still queued", limit)
 
     def close(self) -> None:
@@ -199,7 +219,7 @@ class RolloutTrace:
         if self._pipeline is None:
             return
         self._closed = True
-        self.emit = _noop  # type: ignore[method-assign]
+        self.emit = _noop  # type: ignore[method-assign]  # emit is rebound per state: no branch on the hot path
         timeout = config.CLOSE_TIMEOUT.resolve()
         deadline = time.monotonic() + timeout
         self._pipeline.close(timeout)
@@ -234,7 +254,7 @@ class RolloutTrace:
             self._sidecar = None
         run_id, mine = self.run_id, self._exporters
         self._pipeline.restart_in_child(run_id, lambda: [*mine, *self._made_here(run_id)])
-        self.emit = self._pipeline.make_emit()  # type: ignore[method-assign]
+        self.emit = self._pipeline.make_emit()  # type: ignore[method-assign]  # the pipeline's closure is the fast emit
         self._submit_run_start(parent_run_id=parent)
 
 
@@ -289,9 +309,9 @@ if hasattr(os, "register_at_fork"):
 
 def main(argv: list[str] | None = None) -> None:
     """Print each step's batch age: ``python -m otel_rollout.trace FILE``."""
-    from .cli import run_reference_main
+    from ._reference import print_batch_ages
 
-    raise SystemExit(run_reference_main(argv))
+    raise SystemExit(print_batch_ages(argv))
 
 
 if __name__ == "__main__":

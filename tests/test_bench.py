@@ -29,6 +29,7 @@ class TestBenchScript:
             "peak memory",
             "| events/s | JSONL only | in-process export | sidecar export |",
             "a span for every attempt in the file after",
+            "| the log synced to disk | drain, events/s |",
         ):
             assert row in proc.stdout
         assert out.exists()

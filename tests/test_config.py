@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -55,3 +56,20 @@ class TestSetting:
         readme = (Path(__file__).parent.parent / "README.md").read_text()
         for setting in config.SETTINGS:
             assert f"| `{setting.env}` |" in readme, setting.env
+
+
+class TestFsyncInterval:
+    @pytest.mark.parametrize(
+        ("raw", "value"), [("1", 1.0), ("0", 0.0), ("0.25", 0.25), ("off", math.inf)]
+    )
+    def test_seconds_zero_or_off(self, monkeypatch, raw, value):
+        """The sync interval takes seconds, 0 (every batch) or off (never on its own)."""
+        monkeypatch.setenv("OTEL_ROLLOUT_FSYNC_INTERVAL", raw)
+        assert config.FSYNC_INTERVAL.resolve() == value
+
+    @pytest.mark.parametrize("raw", ["-1", "nan", "soon"])
+    def test_nonsense_keeps_the_default(self, monkeypatch, caplog, raw):
+        """A negative, NaN or unreadable interval warns and keeps the default of 1 s."""
+        monkeypatch.setenv("OTEL_ROLLOUT_FSYNC_INTERVAL", raw)
+        assert config.FSYNC_INTERVAL.resolve() == 1.0
+        assert "OTEL_ROLLOUT_FSYNC_INTERVAL" in caplog.text

@@ -219,14 +219,13 @@ class TestOverload:
         reader.start()
         capacity = 2000
         tr = RolloutTrace(fifo, capacity=capacity)
-        queue = tr._pipeline._queue  # type: ignore[union-attr]
         most = [0]
         producing = threading.Event()
         producing.set()
 
         def watch() -> None:
             while producing.is_set():
-                most[0] = max(most[0], queue.qsize())
+                most[0] = max(most[0], tr.stats.queued)
                 time.sleep(0.0005)
 
         def thread_producer(p: int) -> None:
@@ -382,22 +381,31 @@ class TestProcessFaults:
         )
         assert proc.stdout.strip() == "True", proc.stderr
 
-    def test_close_from_a_signal_handler_inside_emit_does_not_deadlock(self, tmp_path):
-        """SIGTERM can interrupt emit while it holds the pipeline's lock (counting a drop);
-        the handler's close on the same thread must still finish."""
-        tr = RolloutTrace(tmp_path)
-        tr.emit("x", i=0)
+    def test_sigterm_while_emit_counts_drops_does_not_deadlock(self, tmp_path):
+        """A real SIGTERM lands while the main thread floods emit past a full queue (each
+        emit counting a drop under the pipeline's lock); the handler's close on that same
+        thread still finishes, and the process dies of SIGTERM with whole lines written."""
+        for attempt in range(3):
+            path = tmp_path / f"flood-{attempt}.jsonl"
+            proc = run_child(
+                """
+                import os, signal, sys, threading, time
+                from otel_rollout import RolloutTrace
+                tr = RolloutTrace(sys.argv[1], capacity=1)
 
-        def interrupted_emit() -> None:
-            with tr._pipeline._lock:  # type: ignore[union-attr]  # where emit was
-                tr.close()  # what the SIGTERM handler does
+                def kill_soon():
+                    time.sleep(0.3)
+                    os.kill(os.getpid(), signal.SIGTERM)
 
-        worker = threading.Thread(target=interrupted_emit)
-        worker.start()
-        worker.join(5)
-        assert not worker.is_alive()
-        xs, _, _ = tally(tmp_path / "rollout_trace.jsonl")
-        assert len(xs) == 1
+                threading.Thread(target=kill_soon, daemon=True).start()
+                while True:
+                    tr.emit("x", i=0)
+                """,
+                str(path),
+            )
+            assert proc.returncode == -signal.SIGTERM, proc.stderr
+            _, dropped, skipped = tally(path)
+            assert skipped == 0 and dropped > 0
 
     def test_a_second_close_waits_for_the_first(self, tmp_path):
         """close from a SIGTERM handler, while the main thread is already closing, returns

@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 
 import otel_rollout
+import otel_rollout.otel
 from otel_rollout.otel import settings
 
 
 @pytest.fixture(autouse=True)
 def forget_configure():
     yield
-    otel_rollout.configure()
+    otel_rollout.otel.reset()
 
 
 class TestFromEnvironment:
@@ -77,11 +78,54 @@ class TestInCode:
         with pytest.raises(TypeError, match="known:"):
             settings({}, prometheus="yes")
 
-    def test_configure_without_arguments_resets(self):
-        """configure() with no arguments forgets earlier calls."""
+    def test_none_leaves_a_setting_unchanged(self):
+        """An option passed as None keeps what an earlier configure() set."""
+        otel_rollout.configure(metrics={"prometheus"}, prometheus_port=1234, service_name="a")
+        otel_rollout.configure(metrics=None, prometheus_port=None, service_name="b")
+        s = settings({})
+        assert (s.metrics, s.prometheus_port, s.service_name) == ({"prometheus"}, 1234, "b")
+
+    def test_configure_without_arguments_changes_nothing(self):
+        """configure() with no arguments is not a reset."""
         otel_rollout.configure(metrics={"prometheus"})
         otel_rollout.configure()
+        assert settings({}).metrics == {"prometheus"}
+
+    def test_reset_restores_the_defaults(self):
+        """reset() forgets every configure() call; the environment applies again."""
+        otel_rollout.configure(metrics={"prometheus"}, service_name="a", export_mode="inprocess")
+        otel_rollout.otel.reset()
+        assert settings({}) == settings({}, service_name=None)
+        assert not settings({}).active and settings({}).service_name is None
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317"}
+        assert settings(env).traces == "otlp"
+
+    def test_configure_reset_true_restores_then_sets(self):
+        """configure(reset=True, ...) starts from the defaults, then applies its options."""
+        otel_rollout.configure(metrics={"prometheus"}, prometheus_port=1234)
+        otel_rollout.configure(reset=True, service_name="b")
+        s = settings({})
+        assert (s.metrics, s.prometheus_port, s.service_name) == (frozenset(), 9464, "b")
+
+    def test_endpoint_none_never_turns_export_on(self, tmp_path):
+        """configure(endpoint=None), or the keyword, exports nothing: only a value does."""
+        otel_rollout.configure(endpoint=None)
         assert not settings({}).active
+        assert not settings({}, endpoint=None).active
+        otel_rollout.configure(service_name="x", protocol="http/protobuf", export_mode="sidecar")
+        assert not settings({}).active
+        from otel_rollout.trace import RolloutTrace
+
+        with RolloutTrace(tmp_path, endpoint=None) as tr:
+            assert not tr.otel.active
+        assert tr.sidecar_counts == {}  # no export sidecar was asked for
+
+    def test_only_endpoint_exporter_name_or_variable_turn_export_on(self):
+        """Each of the three ways turns export on; the rest of the settings do not."""
+        assert settings({}, endpoint="http://c:4317").traces == "otlp"
+        assert settings({}, traces="console").active
+        assert settings({}, metrics="otlp").active
+        assert settings({"OTEL_METRICS_EXPORTER": "prometheus"}).active
 
 
 class TestResource:

@@ -147,7 +147,7 @@ class TestNoNetworkByDefault:
         assert proc.returncode == 0
         code = (
             "from otel_rollout.trace import RolloutTrace; import sys; "
-            "t = RolloutTrace(sys.argv[1]); print(t.otel.active, len(t._pipeline._exporters))"
+            "t = RolloutTrace(sys.argv[1]); print(t.otel.active, len(t.exporters))"
         )
         out = subprocess.run(
             [sys.executable, "-c", code, str(tmp_path / "x.jsonl")],
@@ -156,7 +156,7 @@ class TestNoNetworkByDefault:
             text=True,
             check=True,
         )
-        assert out.stdout.split() == ["False", "1"]
+        assert out.stdout.split() == ["False", "0"]
 
 
 class TestReplayAtScale:

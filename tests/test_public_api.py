@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
 import subprocess
 import sys
+from pathlib import Path
 
 import otel_rollout
 from otel_rollout import trace
@@ -60,7 +62,11 @@ class TestReferenceApi:
 
         assert params(trace.RolloutTrace.__init__)[0] == "path"
         assert params(trace.RolloutTrace.emit) == ["event", "fields"]
-        assert params(trace.RolloutTrace.flush) == [] and params(trace.RolloutTrace.close) == []
+        # flush's one addition, durable=, is keyword-only and off by default: flush() is as before.
+        durable = inspect.signature(trace.RolloutTrace.flush).parameters["durable"]
+        assert durable.kind is inspect.Parameter.KEYWORD_ONLY and durable.default is False
+        assert params(trace.RolloutTrace.flush) == ["durable"]
+        assert params(trace.RolloutTrace.close) == []
         assert params(trace.read_events)[0] == "path"
         assert params(trace.RefitCuts.record) == ["replaced_version", "new_version", "calls"]
         assert params(trace.RefitCuts.forget_before) == ["oldest_trainable_version"]
@@ -98,3 +104,30 @@ print(age)
         out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
         assert float(out.stdout) == 5 - 1100 / 300
+
+
+class TestImportLayers:
+    def test_constants_import_nothing_from_the_package(self):
+        """The shared constants load alone: no other package module, no writer hooks."""
+        code = (
+            "import sys, otel_rollout.constants as c; "
+            "print(sorted(m for m in sys.modules if m.startswith('otel_rollout.')))"
+        )
+        # otel_rollout/__init__ loads first; the constants add nothing beyond what it needs.
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert "otel_rollout.trace" not in out.stdout and "otel_rollout.cli" not in out.stdout
+        tree = ast.parse((Path(otel_rollout.__file__).parent / "constants.py").read_text())
+        imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+        assert [getattr(n, "module", None) for n in imports] == ["__future__"]
+
+    def test_the_reference_main_does_not_load_the_command_line(self):
+        """``python -m otel_rollout.trace`` prints its lines without importing the CLI."""
+        code = (
+            "import sys, runpy; sys.argv = ['trace', '/nonexistent'];\n"
+            "try:\n    runpy.run_module('otel_rollout.trace', run_name='__main__')\n"
+            "except SystemExit as e:\n"
+            "    print(e.code, sorted(m for m in sys.modules if m.startswith('otel_rollout.cli')))"
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert out.stdout.strip() == "2 []", out.stderr
+        assert "no such file" in out.stderr

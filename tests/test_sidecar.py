@@ -177,10 +177,11 @@ class TestWhereSpansAreMade:
         monkeypatch.setenv("OTEL_ROLLOUT_SIDECAR_LINGER", "0")
         with OtlpReceiver("grpc") as rx:
             tr = RolloutTrace(tmp_path, endpoint=rx.endpoint)
-            assert len(tr._pipeline._exporters) == 1  # type: ignore[union-attr]
+            assert tr.exporters == ()
             tr.emit("group.reserve", group_id="g", prompt_id=1, size=1, weight_version=0)
             tr.close()
             assert tr.sidecar_counts["spans_sent"] == 1
+            assert tr.stats.spans_sent == 1 and tr.stats.spans_made == 1
             assert len(rx.spans()) == 1
 
     def test_inprocess_mode_and_own_providers_keep_the_old_pipeline(self, tmp_path, monkeypatch):
@@ -195,7 +196,7 @@ class TestWhereSpansAreMade:
             b = RolloutTrace(tmp_path / "b.jsonl", endpoint=rx.endpoint, export_mode="inprocess")
             c = RolloutTrace(tmp_path / "c.jsonl", tracer_provider=TracerProvider())
             for tr in (a, b, c):
-                assert len(tr._pipeline._exporters) > 1  # type: ignore[union-attr]
+                assert tr.exporters
                 tr.close()
         assert not list(tmp_path.glob("*.sidecar.log"))
         with pytest.raises(ValueError, match="export_mode"):

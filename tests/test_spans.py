@@ -215,6 +215,50 @@ class TestPipelineWithSpans:
             tr.emit("checkpoint.publish", step=i, weight_version=i)
         tr.flush()
         assert len((tmp_path / "t.jsonl").read_bytes().splitlines()) == 2001
-        builder = tr._pipeline._exporters[1]
         tr.close()
-        assert builder.span_exporter.failed > 0 and builder.span_exporter.exported == 0
+        s = tr.stats
+        assert s.spans_failed > 0 and s.spans_sent == 0
+        assert s.spans_made == s.spans_sent + s.spans_failed + s.spans_dropped + s.spans_queued
+
+
+class TestCounts:
+    def test_a_full_span_queue_is_counted_not_logged(self, tmp_path, monkeypatch, caplog):
+        """With the SDK's batch queue at 16 spans and a collector that never answers, the
+        spans turned away are counted in trace.stats, each span is accounted for once,
+        and the drop is logged once, not per span."""
+        from otel_rollout.testing import BlackHole
+
+        monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "16")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
+        monkeypatch.setenv("OTEL_ROLLOUT_CLOSE_TIMEOUT", "3")
+        with BlackHole() as hole:
+            tr = RolloutTrace(
+                tmp_path / "t.jsonl", endpoint=hole.endpoint, metrics=set(), export_mode="inprocess"
+            )
+            for i in range(500):
+                tr.emit("checkpoint.publish", step=i, weight_version=i)
+            tr.close()
+        s = tr.stats
+        assert s.spans_made == 500 and s.spans_dropped > 400 and s.spans_sent == 0
+        assert s.spans_made == s.spans_sent + s.spans_failed + s.spans_dropped + s.spans_queued
+        assert caplog.text.count("span queue is full") == 1
+        assert "Queue full, dropping" not in caplog.text  # the SDK's own never fills
+
+    def test_failed_metric_exports_are_counted(self, tmp_path, monkeypatch):
+        """Metrics pushed over OTLP to a receiver that refuses every export count as failed
+        in trace.stats (the last export, at close, at least)."""
+        from otel_rollout.testing import OtlpReceiver
+
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
+        with OtlpReceiver("http/protobuf", fail=True) as rx:
+            tr = RolloutTrace(
+                tmp_path / "t.jsonl",
+                endpoint=rx.endpoint,
+                protocol="http/protobuf",
+                traces="none",
+                metrics={"otlp"},
+                export_mode="inprocess",
+            )
+            tr.emit("checkpoint.publish", step=1, weight_version=1)
+            tr.close()
+        assert tr.stats.metric_exports_failed >= 1 and tr.stats.spans_made == 0

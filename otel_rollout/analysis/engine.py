@@ -178,7 +178,7 @@ def run_file(
             path,
             typed=True,
             kinds=engine.kinds if few else None,
-            on_skip=lambda line, why: on_warning(line, f"{why}; skipped"),  # type: ignore[misc]
+            on_skip=lambda line, why: on_warning(line, f"{why}; skipped"),
             progress=progress,
         )
     engine.feed(reader.numbered_batches())

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 from collections.abc import Sequence
 
 from .. import __version__
-from . import _batch_age
+from .._reference import print_batch_ages, setup_logging
 from ._common import CliError
 
 __all__ = ["main", "run", "run_reference_main"]
@@ -52,31 +51,12 @@ def _parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     return parser
 
 
-class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """Our one handler: writes to whatever sys.stderr is at the time (tests swap it)."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.stream = sys.stderr
-        super().emit(record)
-
-
-def _setup_logging() -> None:
-    logger = logging.getLogger("otel_rollout")
-    if any(isinstance(h, _StderrHandler) for h in logger.handlers):
-        return  # a second command in one process (tests, notebooks)
-    handler = _StderrHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("otel-rollout: %(levelname)s: %(message)s"))
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-
-
 def run(argv: Sequence[str] | None = None) -> int:
     """Run one command and return its exit code."""
     if argv is None:
         argv = sys.argv[1:]
     args = _parser(argv).parse_args(argv)
-    _setup_logging()
+    setup_logging()
     try:
         return int(args.handler(args) or 0)
     except CliError as exc:
@@ -96,20 +76,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def run_reference_main(argv: Sequence[str] | None = None) -> int:
     """``python -m otel_rollout.trace FILE``: one line per step, step then batch age."""
-    parser = argparse.ArgumentParser(
-        prog="python -m otel_rollout.trace",
-        description="Print each training step's batch age from a rollout trace file.",
-    )
-    parser.add_argument("file", help="a rollout_trace.jsonl (or .jsonl.gz)")
-    args = parser.parse_args(argv)
-    _setup_logging()
-    try:
-        for row in _batch_age.load_steps(args.file, progress=False):
-            if row.batch_age is not None:
-                print(f"{row.step} {row.batch_age:.6f}")
-    except CliError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except BrokenPipeError:
-        sys.stderr.close()
-    return 0
+    return print_batch_ages(argv)

@@ -43,7 +43,7 @@ def load_steps(path: str, *, progress: bool = True) -> list[StepAge]:
     reader = trace_reader(path, kinds=BATCH_AGE_EVENTS, progress=progress, typed=True)
     [rows] = run_file(reader, [StepAges()])
     check_is_trace(reader, reader.events)
-    return rows  # type: ignore[no-any-return]
+    return rows
 
 
 def write_table(rows: Sequence[StepAge], out: TextIO, style: Style = PLAIN) -> None:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import orjson
 
+from ..constants import ROLLOUT_TRACE_FILENAME
 from ..follow import FileFollower
-from ..trace import ROLLOUT_TRACE_FILENAME
 from ._common import CliError
 
 _POLL = 0.02

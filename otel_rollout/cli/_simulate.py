@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..constants import ROLLOUT_TRACE_FILENAME
 from ..simulate import SimConfig, SimStatus, simulate
-from ..trace import ROLLOUT_TRACE_FILENAME
 from . import _demo
 from ._batch_age import load_steps, write_table
 from ._common import CliError

@@ -93,7 +93,7 @@ def _check_otlp(endpoint: str, protocol: str) -> str | None:
             try:
                 trace_service_pb2_grpc.TraceServiceStub(channel).Export(request, timeout=3)
             except grpc.RpcError as exc:
-                return f"{exc.code().name}: {exc.details()}"  # type: ignore[attr-defined]
+                return f"{exc.code().name}: {exc.details()}"
         return None
     http = urllib.request.Request(
         endpoint.rstrip("/") + "/v1/traces",

@@ -8,10 +8,12 @@ from collections import Counter
 from typing import Any
 
 from ..analysis.state import never_sealed
+from ..reader import TORN_LINE
 from ..schema import problems
 from ._common import check_is_trace, print_json, trace_reader
 
 _UNKNOWN = "unknown event kind"
+_WHO_UNKNOWN = "its writer was killed mid-line"
 
 
 def add_parser(commands: Any) -> None:
@@ -22,7 +24,8 @@ def add_parser(commands: Any) -> None:
             "Check every line of a trace file against the schema (version 1): JSON that parses, "
             "the fields every line carries, each event kind's required fields and their types. "
             "Reports each problem with its line number and exits 1 when there is any error. "
-            "Unknown event kinds and a torn last line (a killed writer) are warnings."
+            "Unknown event kinds and torn lines left by killed writers (the last line, or a "
+            "line a resumed run's run.start follows) are warnings."
         ),
     )
     parser.add_argument("file", help="a rollout_trace.jsonl (or .jsonl.gz)")
@@ -36,7 +39,7 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--strict",
         action="store_true",
-        help="treat warnings (unknown kinds, torn last line) as errors",
+        help="treat warnings (unknown kinds, torn lines) as errors",
     )
     parser.add_argument("--json", action="store_true", help="print each problem as a JSON line")
     parser.set_defaults(handler=run)
@@ -63,15 +66,41 @@ class _Report:
 def run(args: argparse.Namespace) -> int:
     report = _Report(args.file, args.max_report, args.json)
     warn = "error" if args.strict else "warning"
+    # A torn line with lines after it is a killed writer's only if a new run starts next:
+    # it waits here for the next line to say which.
+    torn: list[tuple[int, str]] = []
+    last_run: list[str | None] = [None]  # the run of the last good event
+
+    def settle(resumed: str | None) -> None:
+        lineno, reason = torn.pop()
+        if resumed is None:
+            # A writer killed mid-line is followed by the next run's run.start, not by itself.
+            message = f"a line cut short, and no new run starts after it: {reason}"
+            report.add(lineno, "error", message)
+        else:
+            report.add(lineno, warn, f"{reason}; run {resumed} resumed after it")
 
     def on_skip(lineno: int, reason: str) -> None:
-        report.add(lineno, warn if reason.startswith("torn last line") else "error", reason)
+        if torn:
+            settle(None)
+        if reason.startswith(TORN_LINE):
+            if _WHO_UNKNOWN in reason and last_run[0] is not None:
+                writer = f"the writer of run {last_run[0]} was killed mid-line"
+                reason = reason.replace(_WHO_UNKNOWN, writer, 1)
+            torn.append((lineno, reason))
+        else:
+            report.add(lineno, warn if reason.startswith("torn last line") else "error", reason)
 
     reader = trace_reader(args.file, on_skip=on_skip)
     kinds: Counter[str] = Counter()
     sealed: set[str] = set()  # groups sealed so far, for the steps that name them
     for lineno, event in reader.numbered():
         kind = event.get("event")
+        if torn:
+            starts = kind == "run.start" and event.get("run_id") != last_run[0]
+            settle(f"{event.get('run_id')} (line {lineno})" if starts else None)
+        run_id = event.get("run_id")
+        last_run[0] = run_id if isinstance(run_id, str) else last_run[0]
         kinds[str(kind)] += 1
         found = problems(event)
         for problem in found:
@@ -84,6 +113,9 @@ def run(args: argparse.Namespace) -> int:
             unsealed = never_sealed(event["step"], event["group_ids"], sealed)
             if unsealed is not None:
                 report.add(lineno, warn, unsealed)
+    if torn:  # only blank lines after it: the file's torn last line
+        lineno, reason = torn.pop()
+        report.add(lineno, warn, reason)
     check_is_trace(reader, sum(kinds.values()))
     errors, warnings = report.counts["error"], report.counts["warning"]
     shown = sum(report.counts.values())

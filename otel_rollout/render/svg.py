@@ -6,7 +6,7 @@ it scales with the page.  Values are escaped; colors come from one palette.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from html import escape
 
 W, H = 860, 260
@@ -15,7 +15,7 @@ PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#1
 AGE_COLORS = ["#2ca02c", "#bcbd22", "#ff7f0e", "#d62728"]
 
 
-def _scale(lo: float, hi: float, a: float, b: float):  # type: ignore[no-untyped-def]
+def _scale(lo: float, hi: float, a: float, b: float) -> Callable[[float], float]:
     span = (hi - lo) or 1.0
     return lambda v: a + (v - lo) * (b - a) / span
 

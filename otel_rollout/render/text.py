@@ -46,8 +46,9 @@ def write_steps(rows: Sequence[StepAge], out: TextIO, style: Style = PLAIN) -> N
     aged = [r for r in rows if r.batch_age is not None]
     tokens = sum(r.tokens for r in aged)
     if aged and tokens:
-        mean = sum(r.batch_age * r.tokens for r in aged) / tokens  # type: ignore[operator]
-        top = max(r.batch_age for r in aged)  # type: ignore[type-var]
+        ages = [(float(r.batch_age), r.tokens) for r in aged if r.batch_age is not None]
+        mean = sum(age * n for age, n in ages) / tokens
+        top = max(age for age, _ in ages)
         out.write(
             f"{len(rows)} steps, {len(aged)} with token counts; token-weighted mean batch age "
             f"{as_text(age_field, mean)}, max {as_text(age_field, top)}\n"
@@ -58,7 +59,7 @@ def write_steps(rows: Sequence[StepAge], out: TextIO, style: Style = PLAIN) -> N
         r
         for r in aged
         if r.logged_batch_age is not None
-        and not math.isclose(r.logged_batch_age, r.batch_age, rel_tol=1e-9, abs_tol=1e-9)  # type: ignore[arg-type]
+        and not math.isclose(r.logged_batch_age, r.batch_age, rel_tol=1e-9, abs_tol=1e-9)  # type: ignore[arg-type]  # aged rows have a batch_age
     ]
     if mismatched:
         out.write(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 import struct
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import trace as otel_trace
@@ -170,16 +170,16 @@ class LightSpan(otel_trace.Span):
     def set_attribute(self, key: str, value: Any) -> None:
         self.attributes[key] = value
 
-    def set_attributes(self, attributes: dict[str, Any]) -> None:
+    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
         self.attributes.update(attributes)
 
     def add_event(
-        self, name: str, attributes: dict[str, Any] | None = None, timestamp: int | None = None
+        self, name: str, attributes: Mapping[str, Any] | None = None, timestamp: int | None = None
     ) -> None:
         self.events.append((name, timestamp or self.start, dict(attributes or {})))
 
-    def set_status(self, status: Status) -> None:
-        self.status = status
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        self.status = status if isinstance(status, Status) else Status(status, description)
 
     def is_recording(self) -> bool:
         return self.end_time is None
@@ -303,5 +303,5 @@ def send_pre_encoded(module: Any) -> None:
             return spans.request
         return original(spans)
 
-    encode_spans._passes_pre_encoded = True  # type: ignore[attr-defined]
+    encode_spans._passes_pre_encoded = True  # type: ignore[attr-defined]  # a marker on the patched function
     module.encode_spans = encode_spans

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..trace import ROLLOUT_TRACE_FILENAME, RolloutTrace
+from ..constants import ROLLOUT_TRACE_FILENAME
+from ..trace import RolloutTrace
 from ._controller import Controller
 from ._model import SimConfig, SimStatus
 

@@ -1,0 +1,86 @@
+"""``python -m otel_rollout.trace FILE``: one line per step, its number then its batch age.
+
+Below both :mod:`otel_rollout.trace` and :mod:`otel_rollout.cli`, so that the
+reference module's ``main`` does not import the command line (and the command
+line, which imports the simulator and through it the writer, does not import
+itself back).  It also holds the command-line logging that both use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .analysis import BATCH_AGE_EVENTS, StepAges, run_file
+from .reader import EventReader
+
+__all__ = ["print_batch_ages", "setup_logging"]
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Our one handler: writes to whatever sys.stderr is at the time (tests swap it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
+def setup_logging() -> None:
+    """Send the package's warnings to stderr as one ``otel-rollout: LEVEL: message`` line each."""
+    logger = logging.getLogger("otel_rollout")
+    if any(isinstance(h, _StderrHandler) for h in logger.handlers):
+        return  # a second command in one process (tests, notebooks)
+    handler = _StderrHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("otel-rollout: %(levelname)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+
+def _unreadable(path: Path) -> str | None:
+    """Why ``path`` cannot be read as a trace file, or None."""
+    if not path.exists():
+        return f"{path}: no such file"
+    if path.is_dir():
+        return f"{path}: is a directory (pass the rollout_trace.jsonl inside it)"
+    if not os.access(path, os.R_OK):
+        return f"{path}: permission denied"
+    return None
+
+
+def print_batch_ages(argv: Sequence[str] | None = None) -> int:
+    """Print ``step batch_age`` for every step that has one; the exit code (0, or 2)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m otel_rollout.trace",
+        description="Print each training step's batch age from a rollout trace file.",
+    )
+    parser.add_argument("file", help="a rollout_trace.jsonl (or .jsonl.gz)")
+    args = parser.parse_args(argv)
+    setup_logging()
+    path = Path(args.file)
+    problem = _unreadable(path)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    reader = EventReader(path, typed=True, kinds=BATCH_AGE_EVENTS)
+    try:
+        [rows] = run_file(reader, [StepAges()])  # the one pass batch-age uses
+        if reader.lines and not reader.events and not reader.first_line_is_event:
+            print(
+                f"error: {path}: not a trace file (its first line is not a JSON event)",
+                file=sys.stderr,
+            )
+            return 2
+        for row in rows:
+            if row.batch_age is not None:
+                print(f"{row.step} {row.batch_age:.6f}")
+    except BrokenPipeError:
+        sys.stderr.close()  # the reader went away (| head); nothing left to say
+    except OSError as exc:
+        print(f"error: {path}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    return 0
