@@ -33,10 +33,11 @@ sys.path.insert(0, str(HERE))
 
 import controller  # noqa: E402
 import measure  # noqa: E402
+import read_side  # noqa: E402
 import with_otel  # noqa: E402
 from yardstick import PlainWriter, plain_read  # noqa: E402
 
-from otel_rollout.batch_age import BATCH_AGE_EVENTS, batch_age_by_step  # noqa: E402
+from otel_rollout.batch_age import batch_age_by_step  # noqa: E402
 from otel_rollout.cost import analyze, analyze_file  # noqa: E402
 from otel_rollout.reader import read_events  # noqa: E402
 from otel_rollout.testing import kill_loss_window, synthetic_trace  # noqa: E402
@@ -134,8 +135,8 @@ def reader_throughput(path: Path, lines: int) -> dict[str, float]:
         "yardstick batch age (loads every line)": timed(
             lambda: batch_age_by_step(plain_read(path))
         ),
-        "batch_age_by_step (kinds pre-filter)": timed(
-            lambda: batch_age_by_step(read_events(path, kinds=BATCH_AGE_EVENTS))
+        "batch_age_by_step(read_events(path))": timed(
+            lambda: batch_age_by_step(read_events(path))
         ),
         "yardstick cost (loads every line)": timed(lambda: analyze(plain_read(path))),
         "cost": timed(lambda: analyze_file(path)),
@@ -172,7 +173,7 @@ def kill_windows(tmp: Path, kills: int, endpoint: str) -> dict[str, float]:
 
 _PEAK = """
 import sys
-from otel_rollout.batch_age import BATCH_AGE_EVENTS, batch_age_by_step
+from otel_rollout.batch_age import batch_age_by_step
 from otel_rollout.reader import EventReader, read_events
 
 def high_water_mb():  # VmHWM, unlike ru_maxrss, is not inherited across exec
@@ -185,7 +186,7 @@ if sys.argv[2] == "cost":
     from otel_rollout.cost import analyze_file
     steps = analyze_file(sys.argv[1]).boundaries
 else:
-    steps = batch_age_by_step(read_events(sys.argv[1], kinds=BATCH_AGE_EVENTS))
+    steps = batch_age_by_step(read_events(sys.argv[1]))
 print(high_water_mb() - base, base, len(steps))
 """
 
@@ -206,7 +207,9 @@ def main() -> None:
     parser.add_argument("--lines", type=int, help="lines in the reader benchmark's trace")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument(
-        "--only", choices=["fsync"], help="measure only this part (fsync: the cost of syncing)"
+        "--only",
+        choices=["fsync", "read"],
+        help="measure only this part (fsync: the cost of syncing; read: the read commands)",
     )
     args = parser.parse_args()
     lines = args.lines or (20_000 if args.quick else 1_000_000)
@@ -217,6 +220,15 @@ def main() -> None:
     if args.only == "fsync":
         figures = {"fsync": fsync_cost(dispatches, seconds)}
         _fsync_table(figures["fsync"])
+        if args.json:
+            args.json.write_text(json.dumps(figures, indent=2))
+        return
+
+    if args.only == "read":
+        with tempfile.TemporaryDirectory() as d:
+            trace = synthetic_trace(Path(d) / "big.jsonl", lines, runs=3)
+            figures = {"read_side": read_side.figures(trace, lines, 1 if args.quick else 3)}
+            print(read_side.report(figures["read_side"], lines, trace.stat().st_size / 1e6))
         if args.json:
             args.json.write_text(json.dumps(figures, indent=2))
         return
@@ -258,10 +270,14 @@ def main() -> None:
         figures["reader_lines_per_s"] = reader_throughput(trace, lines)
         figures["peak_mb"], figures["baseline_mb"], steps = peak_memory(trace)
         figures["cost_peak_mb"], _, figures["boundaries"] = peak_memory(trace, "cost")
+        print("the read commands as whole processes ...", file=sys.stderr)
+        figures["read_side"] = read_side.figures(trace, lines, 1 if args.quick else 3)
     print("a controller's lost throughput, by export mode ...", file=sys.stderr)
     figures["controller"] = controller.figures(1.0 if args.quick else 20.0, 1 if args.quick else 5)
     _table(figures, lines, size_mb, steps)
     _fsync_table(figures["fsync"])
+    print()
+    print(read_side.report(figures["read_side"], lines, size_mb))
     print("\nA Python controller's throughput, as a share of the same loop with no trace:\n")
     print(controller.report(figures["controller"]))
     if args.json:
@@ -307,7 +323,7 @@ def _table(f: dict[str, Any], lines: int, size_mb: float, steps: int) -> None:
         (
             "batch age per step, lines/s",
             r["yardstick batch age (loads every line)"],
-            r["batch_age_by_step (kinds pre-filter)"],
+            r["batch_age_by_step(read_events(path))"],
             "{:,.0f}",
             "higher",
         )
