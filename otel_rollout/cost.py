@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -25,8 +25,8 @@ from .analysis import Analysis, OnWarning, Stop, run_events, run_file
 from .analysis.state import Group, Key
 from .reader import EventReader, Progress
 
-__all__ = ["LOST_AT_STOP", "ROLLED_BACK", "Boundary", "CostAnalysis", "CostReport", "analyze",
-           "analyze_file"]  # fmt: skip
+__all__ = ["LOST_AT_STOP", "PENDING", "ROLLED_BACK", "TRAINED", "Boundary", "CostAnalysis",
+           "CostReport", "GroupFates", "analyze", "analyze_file"]  # fmt: skip
 
 
 @dataclass
@@ -180,22 +180,48 @@ class _Ledger:
         self.trained.update(group_ids)
 
     def resolve(self, result: CostReport, last_run: str | None) -> None:
-        surviving: set[str] = set()
-        for group_ids in self.steps.values():
-            surviving.update(group_ids)
+        fate = GroupFates(self.steps, self.trained, last_run)
         for group_id, (tokens, run_id, reason) in self.groups.items():
             if not tokens:
                 continue
-            if group_id in surviving:
+            where = fate(group_id, run_id, reason)
+            if where == TRAINED:
                 result.tokens_trained += tokens
-            elif group_id in self.trained:
-                _add(result.waste, ROLLED_BACK, tokens)
-            elif reason is not None:
-                _add(result.waste, f"discarded: {reason}", tokens)
-            elif run_id == last_run:
+            elif where == PENDING:
                 result.tokens_pending += tokens
             else:
-                _add(result.waste, LOST_AT_STOP, tokens)
+                _add(result.waste, where, tokens)
+
+
+#: A group's fate, besides the wasted causes: trained by a surviving step, or pending.
+TRAINED = "trained"
+PENDING = "pending"
+
+
+class GroupFates:
+    """The one rule for where a group's work went, once the whole file is read: ``trained``
+    if the surviving ``train.step`` of some step number (the last one in the file)
+    trained it; else :data:`ROLLED_BACK` if an earlier step of that number did; else
+    ``discarded: REASON``; else ``pending`` if its run is the file's last; else
+    :data:`LOST_AT_STOP`.  The ledger and the staleness analysis both use it."""
+
+    def __init__(
+        self, steps: Mapping[int, Any], trained: Container[str], last_run: str | None
+    ) -> None:
+        self.surviving: set[str] = set()
+        for group_ids in steps.values():
+            self.surviving.update(group_ids)
+        self.trained = trained
+        self.last_run = last_run
+
+    def __call__(self, group_id: str, run_id: str, reason: str | None) -> str:
+        if group_id in self.surviving:
+            return TRAINED
+        if group_id in self.trained:
+            return ROLLED_BACK
+        if reason is not None:
+            return f"discarded: {reason}"
+        return PENDING if run_id == self.last_run else LOST_AT_STOP
 
 
 def _add(counts: dict[str, int], cause: str, tokens: int) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 from ..age import AGE_BUCKETS, StepAge
 from ..cost import CostReport
@@ -15,13 +15,14 @@ from .fields import (
     SUMMARY_FIELDS,
     Style,
     as_text,
+    share,
     ledger_balance,
     ledger_rows,
     short_run,
 )
 from .records import AGE_KEYS
 
-__all__ = ["write_cost", "write_steps"]
+__all__ = ["write_cost", "write_staleness", "write_steps"]
 
 _BY_KEY = {f.key: f for f in STEP_FIELDS}
 
@@ -85,3 +86,68 @@ def write_cost(report: CostReport, out: TextIO, style: Style = PLAIN) -> None:
     for label, tokens, part in ledger_rows(report.ledger):
         out.write(f"  {label:<{width}} {tokens:>12,}  {part:>6}\n")
     out.write(f"  {ledger_balance(report.ledger)}\n")
+
+
+def _q(summary: dict[str, Any], unit: str = "", digits: int = 0) -> str:
+    """``p50 / p90 / max`` of a summary, with a unit."""
+    parts = [
+        "-" if summary[k] is None else f"{summary[k]:,.{digits}f}" for k in ("p50", "p90", "max")
+    ]
+    return " / ".join(parts) + unit
+
+
+def write_staleness(record: dict[str, Any], out: TextIO, style: Style = PLAIN) -> None:
+    """``staleness``: token age per step and run, length bias, repeat waste."""
+    whole = record["file"]
+    out.write(f"token age, whole file ({whole['tokens']:,} trained tokens)\n")
+    out.write(f"  p50 / p90 / max: {_q(whole)} updates\n")
+    for age, n in whole["age_tokens"].items():
+        out.write(f"  age {age:>3}: {n:>12,} tokens  {share(n, whole['tokens']):>6}\n")
+    out.write("\nby run\n")
+    for run_id, dist in record["runs"].items():
+        out.write(
+            f"  {short_run(run_id, style):<10} {dist['tokens']:>12,} tokens, "
+            f"age p50 / p90 / max {_q(dist)}\n"
+        )
+    out.write(
+        f"\n{'step':>6} {'version':>8} {'tokens':>10} {'age p50/p90/max':>16} "
+        f"{'wait s p50/p90/max':>22} {'run':>8}\n"
+    )
+    for row in record["steps"]:
+        out.write(
+            f"{row['step']:>6} {row['trained_version']:>8} {row['tokens']:>10,} "
+            f"{_q(row['age']):>16} {_q(row['wait_s'], digits=2):>22} "
+            f"{short_run(row['run_id'], style):>8}\n"
+        )
+    bias = record["length_bias"]
+    out.write(
+        f"\nlength bias: each outcome's rollouts\n  {'outcome':<36} {'attempts':>9} "
+        f"{'tokens':>12}  {'length p50/p90/max':>20}  {'seconds in flight p50/p90/max':>30}\n"
+    )
+    for outcome, o in bias["outcomes"].items():
+        out.write(
+            f"  {outcome:<36} {o['attempts']:>9,} {o['tokens']:>12,}  "
+            f"{_q(o['length_tokens']):>20}  {_q(o['seconds_in_flight'], digits=2):>30}\n"
+        )
+    if bias["deciles"]:
+        out.write("\ndiscard rate by generation length (tenths of the rollouts, shortest first)\n")
+        out.write(f"  {'tenth':>5} {'tokens':>13} {'attempts':>9} {'discarded':>10} {'stale':>7}\n")
+        for d in bias["deciles"]:
+            span = f"{d['min_tokens']:,}–{d['max_tokens']:,}"
+            out.write(
+                f"  {d['decile']:>5} {span:>13} {d['attempts']:>9,} "
+                f"{d['discard_rate']:>10.1%} {d['stale_rate']:>7.1%}\n"
+            )
+    ratio = bias["long_rollout_starvation"]
+    words = "n/a (no stale discards)" if ratio is None else f"{ratio:.2f}"
+    out.write(
+        f"\nlong-rollout starvation: {words}  (stale rate of the longest tenth ÷ the shortest "
+        "tenth; 1 is no bias, above 1 long rollouts are discarded as stale more often)\n"
+    )
+    p = record["prompts"]
+    again = p["share_of_wasted_tokens_more_than_once"]
+    out.write(
+        f"\nprompts whose groups were discarded or lost: {p['prompts_wasted']:,}; more than "
+        f"once: {p['prompts_wasted_more_than_once']:,} (at most {p['most_times_wasted']} times, "
+        f"{'n/a' if again is None else f'{again:.1%}'} of the tokens wasted on those prompts)\n"
+    )

@@ -1,0 +1,171 @@
+"""Staleness diagnostics: token age per step, length bias by outcome, repeat waste, waits."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+from test_ledger import traces
+
+from otel_rollout.cost import PENDING, TRAINED, analyze
+from otel_rollout.staleness import quantile, staleness, weighted_quantile
+from otel_rollout.testing import TraceBuilder
+
+
+def attempt(b: TraceBuilder, aid: str, gid: str, prompt: int, tokens: int, end: str = "seal",
+            **fields: Any) -> None:  # fmt: skip
+    ids = {"attempt_id": aid, "group_id": gid, "prompt_id": prompt, "generation_index": 0}
+    b.event("attempt.dispatch", **ids, weight_version=0, epoch=0)
+    if end == "seal":
+        b.event("attempt.seal", **ids, tokens=tokens)
+    elif end == "abandon":
+        b.event("attempt.abandon", **ids, tokens=tokens, **fields)
+    elif end == "refuse":
+        b.event("attempt.refuse", **ids, **fields)
+
+
+def reserve(b: TraceBuilder, gid: str, prompt: int) -> None:
+    b.event("group.reserve", group_id=gid, prompt_id=prompt, size=1, weight_version=0, epoch=0)
+
+
+class TestKnownAnswers:
+    def test_token_age_per_step_and_run(self):
+        """A step trained at version 3 on tokens of versions 1, 2 and 3 has the ages 2, 1, 0
+        weighted by tokens, and its quantiles are read off that histogram."""
+        b = TraceBuilder(run_id="A")
+        b.sealed_group("g1", {1: 10, 2: 30})
+        b.sealed_group("g2", {3: 60})
+        b.step(0, 3, ["g1", "g2"])
+        record = staleness(b.events).record()
+        [step] = record["steps"]
+        assert step["age_tokens"] == {"0": 60, "1": 30, "2": 10}
+        assert step["age"] == {"p50": 0, "p90": 1, "max": 2}
+        assert record["runs"]["A"]["age_tokens"] == {"0": 60, "1": 30, "2": 10}
+        assert record["file"]["tokens"] == 100
+
+    def test_outcomes_lengths_and_the_starvation_ratio(self):
+        """Short rollouts trained, long ones discarded as stale: each outcome gets its own
+        lengths, the longest tenth's stale rate is 1, the shortest's 0: starvation is inf."""
+        b = TraceBuilder(run_id="A")
+        for n in range(20):
+            gid = f"g{n}"
+            reserve(b, gid, n)
+            attempt(b, f"a{n}", gid, n, tokens=10 + n)
+            if n < 10:
+                b.event("group.seal", group_id=gid, prompt_id=n, tokens=10 + n)
+                b.step(n, n + 1, [gid])
+            else:
+                b.event("group.discard", group_id=gid, prompt_id=n, reason="stale")
+        reserve(b, "r", 99)
+        attempt(b, "refused", "r", 99, tokens=0, end="refuse", reason="capacity")
+        attempt(b, "gone", "r", 99, tokens=7, end="abandon", reason="error")
+        bias = staleness(b.events).record()["length_bias"]
+        outcomes = bias["outcomes"]
+        assert outcomes["trained"]["attempts"] == 10 and outcomes["trained"]["tokens"] == 145
+        assert outcomes["discarded: stale"]["length_tokens"] == {"p50": 24, "p90": 28, "max": 29}
+        assert outcomes["refused"]["attempts"] == 1 and outcomes["abandoned: error"]["tokens"] == 7
+        deciles = bias["deciles"]
+        assert len(deciles) == 10 and deciles[0]["stale_rate"] == 0
+        assert deciles[-1]["stale_rate"] == 1.0
+        assert bias["long_rollout_starvation"] == math.inf
+
+    def test_prompts_wasted_again_and_waits(self):
+        """A prompt discarded twice and then trained counts as wasted twice; a group reserved
+        at t and trained 2 s later waited 2 s."""
+        b = TraceBuilder(run_id="A")
+        for n, end in enumerate(["discard", "discard", "train"]):
+            gid = f"g{n}"
+            reserve(b, gid, 7)
+            attempt(b, f"a{n}", gid, 7, tokens=100)
+            if end == "discard":
+                b.event("group.discard", group_id=gid, prompt_id=7, reason="stale")
+            else:
+                b.event("group.seal", group_id=gid, prompt_id=7, tokens=100,
+                        tokens_by_version={"0": 100})  # fmt: skip
+                b.t += 2.0
+                b.step(0, 1, [gid])
+        record = staleness(b.events).record()
+        prompts = record["prompts"]
+        assert prompts["by_times_wasted"] == {"2": 1}
+        assert prompts["share_of_wasted_tokens_more_than_once"] == 1.0
+        [step] = record["steps"]
+        assert 2.0 <= step["wait_s"]["max"] < 2.1
+
+    def test_the_command(self, tmp_path, cli):
+        """staleness --json has a row per surviving step with its age histogram, and the
+        text names the starvation ratio."""
+        b = TraceBuilder(run_id="A")
+        b.sealed_group("g1", {1: 10})
+        b.step(0, 2, ["g1"])
+        path = b.write(tmp_path / "t.jsonl")
+        proc = cli("staleness", "--json", str(path))
+        assert proc.returncode == 0, proc.stderr
+        record = json.loads(proc.stdout)
+        assert record["steps"][0]["step"] == 0 and record["steps"][0]["trained_version"] == 2
+        assert record["steps"][0]["age_tokens"] == {"1": 10}
+        text = cli("staleness", str(path)).stdout
+        assert "long-rollout starvation" in text and "age   1:" in text
+
+
+def test_quantiles_are_nearest_rank():
+    """p50 of 1..4 is 2, p90 is 4; a histogram gives the same as its values spelled out."""
+    assert quantile([1, 2, 3, 4], 0.5) == 2 and quantile([1, 2, 3, 4], 0.9) == 4
+    assert weighted_quantile({1: 1, 2: 1, 3: 1, 4: 1}, 0.5) == 2
+    assert quantile([], 0.5) is None and weighted_quantile({}, 0.5) is None
+
+
+@given(traces())
+def test_outcomes_add_up_to_the_ledger(events):
+    """On random multi-run traces, the tokens of each outcome equal the ledger's bucket of
+    the same name, and all of them add up to the tokens generated."""
+    record = staleness(events).record()
+    ledger = analyze(events).ledger
+    tokens = {o: v["tokens"] for o, v in record["length_bias"]["outcomes"].items()}
+    assert tokens.pop(TRAINED, 0) == ledger["trained"]
+    assert tokens.pop(PENDING, 0) == ledger["pending"]
+    assert tokens.pop("refused", 0) == 0
+    assert {o: n for o, n in tokens.items() if n} == ledger["wasted"]
+
+
+@st.composite
+def seals_and_steps(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Groups sealed (some twice) with random counts, and steps (some trained again)."""
+    b = TraceBuilder(run_id="A")
+    groups = [f"g{i}" for i in range(draw(st.integers(1, 8)))]
+    for _ in range(draw(st.integers(1, 20))):
+        if draw(st.booleans()):
+            gid = draw(st.sampled_from(groups))
+            counts = draw(st.dictionaries(st.integers(0, 6), st.integers(0, 50), max_size=3))
+            b.event("group.seal", group_id=gid, prompt_id=1, tokens=sum(counts.values()),
+                    tokens_by_version={str(v): n for v, n in counts.items()})  # fmt: skip
+        else:
+            step = draw(st.integers(0, 4))
+            batch = draw(st.lists(st.sampled_from(groups), min_size=1, max_size=3, unique=True))
+            b.step(step, draw(st.integers(0, 8)), batch)
+    return b.events
+
+
+@given(seals_and_steps())
+def test_age_histograms_equal_a_naive_model(events):
+    """Each surviving step's age histogram equals one built naively: the latest seal of each
+    group, the latest train.step of each step number, ages below 0 counted as 0."""
+    latest: dict[str, dict[int, int]] = {}
+    steps: dict[int, dict[str, Any]] = {}
+    for e in events:
+        if e["event"] == "group.seal":
+            latest[e["group_id"]] = {int(v): n for v, n in e["tokens_by_version"].items()}
+        elif e["event"] == "train.step":
+            steps[e["step"]] = e
+    expected = []
+    for number in sorted(steps):
+        hist: dict[int, int] = {}
+        for gid in steps[number]["group_ids"]:
+            for version, n in latest.get(gid, {}).items():
+                age = max(steps[number]["trained_version"] - version, 0)
+                hist[age] = hist.get(age, 0) + n
+        expected.append((number, {str(a): n for a, n in sorted(hist.items())}))
+    got = [(s["step"], s["age_tokens"]) for s in staleness(events).record()["steps"]]
+    assert got == expected
