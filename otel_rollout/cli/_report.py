@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..render.fields import Style
-from ..render.html import render_html, write_pngs
+from ..render.html import write_html, write_pngs
 from ..report import collect_file
 from ._common import CliError, add_full_ids, check_is_trace, trace_reader, without_cyclic_gc
 
@@ -43,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
     check_is_trace(reader, reader.events)
     try:
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(render_html(data, Style(args.full_ids)), encoding="utf-8")
+        with open(args.output, "w", encoding="utf-8") as out:
+            write_html(data, out, Style(args.full_ids))
     except OSError as exc:
         raise CliError(f"cannot write {args.output}: {exc.strerror or exc}") from exc
     print(f"wrote {args.output}", file=sys.stderr)

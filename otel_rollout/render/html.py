@@ -10,13 +10,14 @@ only; its one inline script records page errors for the tests.  Nothing is fetch
 
 from __future__ import annotations
 
+import io
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from ..age import StepAge
 from ..cost import CostReport
@@ -37,11 +38,11 @@ from .fields import (
 )
 from .records import step_record
 
-__all__ = ["CHROMIUM_FLAGS", "charts", "chromium", "render_html", "write_pngs"]
+__all__ = ["CHROMIUM_FLAGS", "charts", "chromium", "render_html", "write_html", "write_pngs"]
 
 
-def charts(data: ReportData, style: Style = PLAIN) -> dict[str, str]:
-    """Every chart of the page, by id, as SVG text."""
+def charts(data: ReportData, style: Style = PLAIN, only: str | None = None) -> dict[str, str]:
+    """Every chart of the page (or ``only`` that one), by id, as SVG text."""
     t0 = data.t0 or 0.0
     runs = list(data.runs)
     short = {r: f"run {n + 1} ({short_run(r, style)})" for n, r in enumerate(runs)}
@@ -64,8 +65,8 @@ def charts(data: ReportData, style: Style = PLAIN) -> dict[str, str]:
                 start = b.resumed_at - t0
                 segments.append((start, start + b.catch_up_s, "catching up", "#ff7f0e"))
         timeline_rows.append((short[r], segments))
-    return {
-        "batch-age": svg.line_chart(
+    makers: dict[str, Callable[[], str]] = {
+        "batch-age": lambda: svg.line_chart(
             "batch-age",
             "Batch age per step (stops red, restores green)",
             series,
@@ -73,7 +74,7 @@ def charts(data: ReportData, style: Style = PLAIN) -> dict[str, str]:
             "seconds since the first event",
             "batch age (updates)",
         ),
-        "token-age": svg.stacked_bars(
+        "token-age": lambda: svg.stacked_bars(
             "token-age",
             "Share of each step's tokens by age",
             sorted(data.shares.items()),
@@ -81,8 +82,10 @@ def charts(data: ReportData, style: Style = PLAIN) -> dict[str, str]:
             "step",
             "share of tokens",
         ),
-        "timeline": svg.timeline("timeline", "Runs: active, down, catching up", timeline_rows),
-        "in-flight": svg.line_chart(
+        "timeline": lambda: svg.timeline(
+            "timeline", "Runs: active, down, catching up", timeline_rows
+        ),
+        "in-flight": lambda: svg.line_chart(
             "in-flight",
             "Attempts in flight",
             [("attempts", [(t - t0, float(n)) for t, n in data.in_flight])],
@@ -92,6 +95,7 @@ def charts(data: ReportData, style: Style = PLAIN) -> dict[str, str]:
             step=True,
         ),
     }
+    return {name: draw() for name, draw in makers.items() if only in (None, name)}
 
 
 _STYLE = """
@@ -147,46 +151,54 @@ def _tables(cost: CostReport, style: Style) -> str:
     return "".join(parts)
 
 
-def _steps_table(rows: Sequence[StepAge], style: Style) -> str:
-    """Every surviving step's batch age, as ``batch-age`` prints it, folded away."""
+def _steps_table(rows: Sequence[StepAge], style: Style) -> Iterator[str]:
+    """Every surviving step's batch age, as ``batch-age`` prints it, folded away (row by
+    row, so a long run's table is never one string)."""
     head = "".join(f"<th>{escape(f.label)}</th>" for f in STEP_FIELDS)
-    body = "".join(
-        "<tr>" + "".join(as_html(f, step_record(r)[f.key], style) for f in STEP_FIELDS) + "</tr>"
-        for r in rows
-    )
-    return (
-        f"<details><summary>{len(rows):,} steps (the table of otel-rollout batch-age)</summary>"
-        f"<table><tr>{head}</tr>{body}</table></details>"
-    )
+    yield f"<details><summary>{len(rows):,} steps (the table of otel-rollout batch-age)</summary>"
+    yield f"<table><tr>{head}</tr>"
+    for r in rows:
+        record = step_record(r)
+        yield "<tr>" + "".join(as_html(f, record[f.key], style) for f in STEP_FIELDS) + "</tr>"
+    yield "</table></details>"
 
 
-def render_html(data: ReportData, style: Style = PLAIN) -> str:
-    """The page, as text: no external resource of any kind."""
+def write_html(data: ReportData, out: TextIO, style: Style = PLAIN) -> None:
+    """The page, written part by part: no external resource of any kind.  Each chart is
+    drawn just before it is written, so the page is never held whole (on the 1M-line
+    bench trace that kept the report's peak at 118 MB)."""
     cost = data.cost or CostReport()
-    drawn = charts(data, style)
-    body = [
-        f'<h1>Rollout stop/restore report</h1><p class="muted">{escape(data.source)} — '
-        f"{len(data.runs)} runs, {len(cost.boundaries)} stops, {cost.steps} training steps</p>",
-        "<h2>Batch age per step</h2>",
-        drawn["batch-age"],
-        "<h2>Token age per step</h2>",
-        drawn["token-age"],
-        "<h2>Runs</h2>",
-        drawn["timeline"],
-        "<h2>Attempts in flight</h2>",
-        drawn["in-flight"],
-        "<h2>What each stop cost</h2>",
-        _tables(cost, style),
-        "<h2>Batch age of every step</h2>",
-        _steps_table(data.step_ages, style),
-    ]
-    return (
+    out.write(
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         "<title>otel-rollout report</title>"
         f"<style>{_STYLE}</style><script>{_SCRIPT}</script></head><body>"
-        + "".join(body)
-        + "</body></html>\n"
+        f'<h1>Rollout stop/restore report</h1><p class="muted">{escape(data.source)} — '
+        f"{len(data.runs)} runs, {len(cost.boundaries)} stops, {cost.steps} training steps</p>"
     )
+    for chart_id, title in _CHARTS:
+        out.write(f"<h2>{title}</h2>")
+        out.write(charts(data, style, only=chart_id)[chart_id])
+    out.write("<h2>What each stop cost</h2>")
+    out.write(_tables(cost, style))
+    out.write("<h2>Batch age of every step</h2>")
+    for part in _steps_table(data.step_ages, style):
+        out.write(part)
+    out.write("</body></html>\n")
+
+
+def render_html(data: ReportData, style: Style = PLAIN) -> str:
+    """The page, as text (see :func:`write_html`)."""
+    out = io.StringIO()
+    write_html(data, out, style)
+    return out.getvalue()
+
+
+_CHARTS = [
+    ("batch-age", "Batch age per step"),
+    ("token-age", "Token age per step"),
+    ("timeline", "Runs"),
+    ("in-flight", "Attempts in flight"),
+]
 
 
 def chromium() -> str | None:

@@ -15,9 +15,9 @@ from .fields import (
     SUMMARY_FIELDS,
     Style,
     as_text,
-    share,
     ledger_balance,
     ledger_rows,
+    share,
     short_run,
 )
 from .records import AGE_KEYS
