@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .age import step_age
 from .analysis import Analysis, OnWarning, Stop, run_events, run_file
-from .analysis.state import Group, Key
+from .analysis.state import Key
+from .ledger import LOST_AT_STOP, PENDING, ROLLED_BACK, TRAINED, GroupFates, Ledger, add
 from .reader import EventReader, Progress
 
 __all__ = ["LOST_AT_STOP", "PENDING", "ROLLED_BACK", "TRAINED", "Boundary", "CostAnalysis",
@@ -70,11 +71,6 @@ class Boundary:
     def report(self) -> dict[str, Any]:
         """The boundary as plain data (``--json``)."""
         return {k: v for k, v in asdict(self).items() if not k.startswith("_")}
-
-
-#: The wasted buckets of the ledger that are not by reason (abandoned and discarded are).
-LOST_AT_STOP = "lost at a stop"
-ROLLED_BACK = "trained by a step a restore redid"
 
 
 @dataclass
@@ -142,93 +138,6 @@ class CostReport:
         }
 
 
-class _Ledger:
-    """Where every sealed attempt's tokens went, by its group's fate (resolved at the end,
-    since a later run may train a group again, or redo the step that trained it).
-
-    A group in flight collects its tokens in the shared state (by rollout key) and hands
-    them over when it is trained, discarded, reserved again or left at the end.
-    A group belongs to the last run that reserved it or sealed an attempt into it.  Its
-    tokens are ``trained`` if the surviving ``train.step`` of some step number (the last
-    one in the file) trained it; else wasted as ``ROLLED_BACK`` if an earlier step of that
-    number did; else ``discarded: reason``; else ``pending`` if its run is the file's
-    last, ``LOST_AT_STOP`` if not.  Memory: one small record per group and per step."""
-
-    def __init__(self) -> None:
-        self.groups: dict[str, list[Any]] = {}  # group_id → [tokens, run_id, discard reason]
-        self.steps: dict[int, Any] = {}  # step number → group_ids of its latest train.step
-        self.trained: set[str] = set()  # groups any train.step trained
-
-    def touch(self, group_id: str, run_id: str, tokens: int = 0) -> None:
-        record = self.groups.get(group_id)
-        if record is None:
-            self.groups[group_id] = [tokens, run_id, None]
-        else:
-            record[0] += tokens
-            record[1] = run_id
-
-    def settle(self, group_id: str, group: Group) -> None:
-        """Take over the tokens a group in flight collected (its attempts, by key)."""
-        self.touch(group_id, group.run_id, sum(group.attempts.values()))
-
-    def discard(self, group_id: str, run_id: str, reason: str) -> None:
-        self.touch(group_id, run_id)
-        self.groups[group_id][2] = reason
-
-    def train(self, step: int, group_ids: Any) -> None:
-        self.steps[step] = group_ids
-        self.trained.update(group_ids)
-
-    def resolve(self, result: CostReport, last_run: str | None) -> None:
-        fate = GroupFates(self.steps, self.trained, last_run)
-        for group_id, (tokens, run_id, reason) in self.groups.items():
-            if not tokens:
-                continue
-            where = fate(group_id, run_id, reason)
-            if where == TRAINED:
-                result.tokens_trained += tokens
-            elif where == PENDING:
-                result.tokens_pending += tokens
-            else:
-                _add(result.waste, where, tokens)
-
-
-#: A group's fate, besides the wasted causes: trained by a surviving step, or pending.
-TRAINED = "trained"
-PENDING = "pending"
-
-
-class GroupFates:
-    """The one rule for where a group's work went, once the whole file is read: ``trained``
-    if the surviving ``train.step`` of some step number (the last one in the file)
-    trained it; else :data:`ROLLED_BACK` if an earlier step of that number did; else
-    ``discarded: REASON``; else ``pending`` if its run is the file's last; else
-    :data:`LOST_AT_STOP`.  The ledger and the staleness analysis both use it."""
-
-    def __init__(
-        self, steps: Mapping[int, Any], trained: Container[str], last_run: str | None
-    ) -> None:
-        self.surviving: set[str] = set()
-        for group_ids in steps.values():
-            self.surviving.update(group_ids)
-        self.trained = trained
-        self.last_run = last_run
-
-    def __call__(self, group_id: str, run_id: str, reason: str | None) -> str:
-        if group_id in self.surviving:
-            return TRAINED
-        if group_id in self.trained:
-            return ROLLED_BACK
-        if reason is not None:
-            return f"discarded: {reason}"
-        return PENDING if run_id == self.last_run else LOST_AT_STOP
-
-
-def _add(counts: dict[str, int], cause: str, tokens: int) -> None:
-    if tokens:
-        counts[cause] = counts.get(cause, 0) + tokens
-
-
 class CostAnalysis(Analysis):
     """Every stop and restore, and the token ledger (an analysis of the one pass)."""
 
@@ -237,7 +146,7 @@ class CostAnalysis(Analysis):
     def __init__(self, window: int = 5) -> None:
         self.window = window
         self.report = CostReport()
-        self.ledger = _Ledger()
+        self.ledger = Ledger()
         self.generated = 0
         self.recent: deque[float] = deque(maxlen=window)  # the current run's last ages
         # The boundary whose new run is running: only the run that directly follows is matched.
@@ -329,7 +238,7 @@ class CostAnalysis(Analysis):
     def _abandon(self, e: Any) -> None:
         tokens = e.tokens or 0
         self.generated += tokens
-        _add(self.report.waste, f"abandoned: {e.reason}", tokens)
+        add(self.report.waste, f"abandoned: {e.reason}", tokens)
 
     def _group_reserve(self, e: Any) -> None:
         old = self.state.groups.get(e.group_id)
@@ -398,7 +307,11 @@ class CostAnalysis(Analysis):
         for group_id, group in self.state.groups.items():  # neither trained nor discarded yet
             self.ledger.settle(group_id, group)
         last = self.state.run
-        self.ledger.resolve(report, last.run_id if last is not None else None)
+        buckets = self.ledger.resolve(last.run_id if last is not None else None)
+        report.tokens_trained = buckets.pop(TRAINED, 0)
+        report.tokens_pending = buckets.pop(PENDING, 0)
+        for cause, tokens in buckets.items():
+            add(report.waste, cause, tokens)
         return report
 
 

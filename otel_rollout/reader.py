@@ -11,27 +11,35 @@ whole block per call, about twice as fast as a dict per line.
 
 from __future__ import annotations
 
-import gzip
 import logging
 import os
 import re
-import zlib
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import Any
 
 import msgspec
 import orjson
 
 from . import config, events
+from ._blocks import (
+    LazyLines,
+    chunks,
+    kind_pattern,
+    locator,
+    matching_lines,
+    open_trace,
+    size,
+)
+from ._blocks import (
+    numbered as number_lines,
+)
 
 __all__ = ["EventReader", "EventStream", "read_events"]
 
 _log = logging.getLogger("otel_rollout")
 
-_GZIP_MAGIC = b"\x1f\x8b"
 _BOM = b"\xef\xbb\xbf"
-_CHUNK = 1 << 17  # small enough that a block and its events stay in the CPU cache
 #: Up to this many wanted kinds, lines of other kinds are skipped without parsing.
 _MOST_KINDS_SEARCHED = 4
 #: Lines reported one by one before the rest are only counted.
@@ -203,12 +211,12 @@ class EventReader:
         # Searching blocks for the wanted kinds pays when they are a few of a file's lines;
         # for many kinds nearly every line matches, and plain parsing then filtering is faster.
         few = kinds is not None and len(kinds) <= _MOST_KINDS_SEARCHED
-        pattern = _kind_pattern(kinds) if few else None  # type: ignore[arg-type]  # few implies kinds
+        pattern = kind_pattern(kinds) if few else None  # type: ignore[arg-type]  # few implies kinds
         whole_blocks = self._typed is not None and (whole_numbered or not numbered) and not few
         lineno = 0
-        with _open(self.path) as (stream, position, compressed):
+        with open_trace(self.path) as (stream, position, compressed):
             broken: list[str] = []
-            total = _size(self.path) if self._progress is not None else 0
+            total = size(self.path) if self._progress is not None else 0
 
             def long_line(length: int) -> None:
                 nonlocal lineno
@@ -220,7 +228,7 @@ class EventReader:
                     False,
                 )
 
-            blocks = _chunks(stream, broken if compressed else None, self.max_line_bytes, long_line)
+            blocks = chunks(stream, broken if compressed else None, self.max_line_bytes, long_line)
             for chunk, start, end, final in blocks:
                 events: Any = None
                 newlines = chunk.count(b"\n", start, end)
@@ -235,8 +243,8 @@ class EventReader:
                     pairs = list(
                         self._lines(chunk, start, end, final, lineno, pattern, True, keyed=True)
                     )
-                    where = _locator(chunk, start, lineno)
-                    lazy = _LazyLines([offset for offset, _ in pairs], where)
+                    where = locator(chunk, start, lineno)
+                    lazy = LazyLines([offset for offset, _ in pairs], where)
                     events = ([e for _, e in pairs], lazy)
                 if events is None:
                     events = self._lines(chunk, start, end, final, lineno, pattern, numbered)
@@ -288,11 +296,11 @@ class EventReader:
             candidates: Iterable[tuple[int, bytes]] = enumerate(lines, before + 1)
             where = None
         else:
-            found = _matching_lines(chunk, start, end, pattern, before == 0)
+            found = matching_lines(chunk, start, end, pattern, before == 0)
             if numbered and not keyed:
-                candidates, where = _numbered(chunk, start, found, before), None
+                candidates, where = number_lines(chunk, start, found, before), None
             else:  # keys are byte offsets; a line number is worked out only if needed
-                candidates, where = found, _locator(chunk, start, before)
+                candidates, where = found, locator(chunk, start, before)
         for n, line in candidates:
             try:
                 event = loads(line)
@@ -385,154 +393,3 @@ def read_events(
     those kinds are parsed and yielded.
     """
     return EventStream(EventReader(path, kinds=kinds))
-
-
-def _kind_pattern(kinds: frozenset[str]) -> tuple[bytes, ...]:
-    """What a line of one of ``kinds`` must contain: the kind's name, as bytes."""
-    return tuple(k.encode() for k in sorted(kinds))
-
-
-def _matching_lines(
-    chunk: bytes, start: int, end: int, pattern: tuple[bytes, ...], first: bool
-) -> list[tuple[int, bytes]]:
-    """``(offset, line)`` for the lines in ``chunk[start:end]`` that may hold a wanted kind,
-    plus the first line when it is the file's first.
-
-    Each kind's name is found with ``bytes.find``, in C over the whole block, so lines
-    of other kinds cost no Python work (a regular expression for ``"event": "<kind>"``
-    made reading seals and steps of the bench trace ~2.5× slower: it stops at every
-    ``"event"``).  A match can be a false positive (the name in another field); the
-    caller confirms the kind after parsing.
-    """
-    starts = set()
-    find, rfind = chunk.find, chunk.rfind
-    if first:
-        starts.add(start)
-    for name in pattern:
-        at = find(name, start, end)
-        while at >= 0:
-            line_start = rfind(b"\n", start, at) + 1 or start
-            starts.add(line_start)
-            stop = find(b"\n", at, end)
-            if stop < 0:
-                break
-            at = find(name, stop, end)
-    found = []
-    for line_start in sorted(starts):
-        stop = find(b"\n", line_start, end)
-        found.append((line_start, chunk[line_start:stop] if stop >= 0 else chunk[line_start:end]))
-    return found
-
-
-class _LazyLines(Sequence[int]):
-    """The line numbers of a block's found events, each counted only when asked for."""
-
-    def __init__(self, offsets: list[int], where: Callable[[int], int]) -> None:
-        self._offsets = offsets
-        self._where = where
-
-    def __len__(self) -> int:
-        return len(self._offsets)
-
-    def __getitem__(self, i: int) -> int:  # type: ignore[override]  # ints only, no slices
-        return self._where(self._offsets[i])
-
-
-def _numbered(
-    chunk: bytes, start: int, found: list[tuple[int, bytes]], before: int
-) -> list[tuple[int, bytes]]:
-    """The same lines keyed by 1-based line number, counting newlines once, left to right."""
-    numbered, lineno, counted = [], before, start
-    for offset, line in found:
-        lineno += chunk.count(b"\n", counted, offset)
-        counted = offset
-        numbered.append((lineno + 1, line))
-    return numbered
-
-
-def _locator(chunk: bytes, start: int, before: int) -> Callable[[int], int]:
-    """Turns a byte offset in ``chunk`` into a file line number (for the rare report)."""
-    return lambda offset: before + chunk.count(b"\n", start, offset) + 1
-
-
-def _chunks(
-    stream: IO[bytes],
-    broken: list[str] | None,
-    max_line: int,
-    on_long: Callable[[int], None],
-) -> Iterator[tuple[bytes, int, int, bool]]:
-    """Blocks ``(data, start, end, final)`` where ``data[start:end]`` is whole lines.
-
-    Blocks are not copied: a line split across reads is yielded as its own
-    small block.  The block with ``final`` set is an unterminated tail, a torn
-    last line.  A line longer than ``max_line`` is never held whole: its bytes
-    are passed over and ``on_long(length)`` is called where it ends.  For a
-    compressed stream (``broken`` given), a truncated or corrupt end stops the
-    blocks and is noted in ``broken`` rather than raised.
-    """
-    pieces: list[bytes] = []  # the start of a line that began in an earlier read
-    held = 0  # its length so far
-    too_long = False  # the current line passed max_line: its bytes are dropped
-    while True:
-        try:
-            block = stream.read(_CHUNK)
-        except (EOFError, OSError, zlib.error) as exc:
-            if broken is None:
-                raise
-            broken.append(str(exc) or type(exc).__name__)
-            block = b""
-        if not block:
-            if too_long:
-                on_long(held)
-            elif pieces:
-                joined = b"".join(pieces)
-                yield joined, 0, len(joined), True
-            return
-        start = 0
-        if held:
-            newline = block.find(b"\n")
-            if newline < 0:
-                held += len(block)
-                if not too_long:
-                    pieces.append(block)
-                    if held > max_line:
-                        pieces, too_long = [], True
-                continue
-            start = newline + 1
-            held += start
-            if too_long or held > max_line:
-                on_long(held)
-            else:
-                pieces.append(block[:start])
-                joined = b"".join(pieces)
-                yield joined, 0, len(joined), False
-            pieces, held, too_long = [], 0, False
-        end = block.rfind(b"\n") + 1
-        if end > start:
-            yield block, start, end, False
-        tail = block[max(start, end) :]
-        if tail:
-            pieces, held = [tail], len(tail)
-
-
-class _open:
-    """Open a trace file, plain or gzipped (by its first bytes, not its name)."""
-
-    def __init__(self, path: Path) -> None:
-        self._raw: IO[bytes] = open(path, "rb")  # noqa: SIM115 - closed in __exit__
-
-    def __enter__(self) -> tuple[IO[bytes], Callable[[], int], bool]:
-        raw = self._raw
-        if raw.peek(2)[:2] == _GZIP_MAGIC:  # type: ignore[attr-defined]  # a BufferedReader has peek
-            return cast(IO[bytes], gzip.GzipFile(fileobj=raw)), raw.tell, True
-        return raw, raw.tell, False
-
-    def __exit__(self, *exc: object) -> None:
-        self._raw.close()
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0

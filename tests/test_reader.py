@@ -11,7 +11,7 @@ import orjson
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from otel_rollout import reader as reader_module
+from otel_rollout import _blocks as blocks_module
 from otel_rollout.reader import MAX_WARNINGS, EventReader, read_events
 from otel_rollout.testing import TraceBuilder
 
@@ -155,7 +155,7 @@ class TestKindFilter:
     ):
         """With reads of any size, every mode yields what a naive line split gives, with the
         same line numbers, and the same line count."""
-        monkeypatch.setattr(reader_module, "_CHUNK", block)
+        monkeypatch.setattr(blocks_module, "_CHUNK", block)
         raw = [orjson.dumps(e) for e in events] + [j.replace(b"\n", b"") for j in junk]
         body = b"\n".join(raw) + (b"" if torn else b"\n")
         assume(not body.startswith(b"\x1f\x8b"))  # gzip is detected by content: not plain text
@@ -231,7 +231,7 @@ class TestTypedReading:
     ):
         """Whatever the block size, typed reading yields the dict reader's events that fit
         the type, converted, and counts the same lines."""
-        monkeypatch.setattr(reader_module, "_CHUNK", block)
+        monkeypatch.setattr(blocks_module, "_CHUNK", block)
         raw = [orjson.dumps(e) for e in events] + [j.replace(b"\n", b"") for j in junk]
         body = (b"\xef\xbb\xbf" if bom else b"") + b"\n".join(raw) + (b"" if torn else b"\n")
         assume(not body.startswith(b"\x1f\x8b"))

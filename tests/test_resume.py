@@ -7,7 +7,7 @@ import itertools
 import orjson
 import pytest
 
-from otel_rollout import reader as reader_module
+from otel_rollout import _blocks as blocks_module
 from otel_rollout.batch_age import batch_age_by_step
 from otel_rollout.cost import analyze, analyze_file
 from otel_rollout.reader import read_events
@@ -140,7 +140,7 @@ class TestCostOfTheDemo:
         block size."""
         _, _, log_dir = demo
         path = log_dir / "rollout_trace.jsonl"
-        monkeypatch.setattr(reader_module, "_CHUNK", block)
+        monkeypatch.setattr(blocks_module, "_CHUNK", block)
         fast = analyze_file(path)
         assert fast.report() == analyze(read_events(path)).report()
         assert fast.boundaries and fast.tokens_generated > 0

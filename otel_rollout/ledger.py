@@ -1,0 +1,103 @@
+"""The token ledger: where every logged token went, by its group's fate.
+
+Every token a sealed or abandoned attempt logged lands in exactly one bucket,
+once: ``trained``, a wasted cause, or ``pending``.  :class:`GroupFates` is the
+one rule for a group's fate; the cost analysis and the staleness diagnostics
+both use it, so their numbers add up to each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Mapping
+from typing import Any
+
+from .analysis.state import Group
+
+__all__ = ["LOST_AT_STOP", "PENDING", "ROLLED_BACK", "TRAINED", "GroupFates", "Ledger", "add"]
+
+#: The wasted buckets that are not by reason (abandoned and discarded are).
+LOST_AT_STOP = "lost at a stop"
+ROLLED_BACK = "trained by a step a restore redid"
+
+
+class Ledger:
+    """Where every sealed attempt's tokens went, by its group's fate (resolved at the end,
+    since a later run may train a group again, or redo the step that trained it).
+
+    A group in flight collects its tokens in the shared state (by rollout key) and hands
+    them over when it is trained, discarded, reserved again or left at the end.
+    A group belongs to the last run that reserved it or sealed an attempt into it.  Its
+    tokens are ``trained`` if the surviving ``train.step`` of some step number (the last
+    one in the file) trained it; else wasted as ``ROLLED_BACK`` if an earlier step of that
+    number did; else ``discarded: reason``; else ``pending`` if its run is the file's
+    last, ``LOST_AT_STOP`` if not.  Memory: one small record per group and per step."""
+
+    def __init__(self) -> None:
+        self.groups: dict[str, list[Any]] = {}  # group_id → [tokens, run_id, discard reason]
+        self.steps: dict[int, Any] = {}  # step number → group_ids of its latest train.step
+        self.trained: set[str] = set()  # groups any train.step trained
+
+    def touch(self, group_id: str, run_id: str, tokens: int = 0) -> None:
+        record = self.groups.get(group_id)
+        if record is None:
+            self.groups[group_id] = [tokens, run_id, None]
+        else:
+            record[0] += tokens
+            record[1] = run_id
+
+    def settle(self, group_id: str, group: Group) -> None:
+        """Take over the tokens a group in flight collected (its attempts, by key)."""
+        self.touch(group_id, group.run_id, sum(group.attempts.values()))
+
+    def discard(self, group_id: str, run_id: str, reason: str) -> None:
+        self.touch(group_id, run_id)
+        self.groups[group_id][2] = reason
+
+    def train(self, step: int, group_ids: Any) -> None:
+        self.steps[step] = group_ids
+        self.trained.update(group_ids)
+
+    def resolve(self, last_run: str | None) -> dict[str, int]:
+        """Tokens by fate: ``trained``, ``pending`` and each wasted cause (the file is read)."""
+        fate = GroupFates(self.steps, self.trained, last_run)
+        buckets: dict[str, int] = {}
+        for group_id, (tokens, run_id, reason) in self.groups.items():
+            add(buckets, fate(group_id, run_id, reason), tokens)
+        return buckets
+
+
+#: A group's fate, besides the wasted causes: trained by a surviving step, or pending.
+TRAINED = "trained"
+PENDING = "pending"
+
+
+class GroupFates:
+    """The one rule for where a group's work went, once the whole file is read: ``trained``
+    if the surviving ``train.step`` of some step number (the last one in the file)
+    trained it; else :data:`ROLLED_BACK` if an earlier step of that number did; else
+    ``discarded: REASON``; else ``pending`` if its run is the file's last; else
+    :data:`LOST_AT_STOP`.  The ledger and the staleness analysis both use it."""
+
+    def __init__(
+        self, steps: Mapping[int, Any], trained: Container[str], last_run: str | None
+    ) -> None:
+        self.surviving: set[str] = set()
+        for group_ids in steps.values():
+            self.surviving.update(group_ids)
+        self.trained = trained
+        self.last_run = last_run
+
+    def __call__(self, group_id: str, run_id: str, reason: str | None) -> str:
+        if group_id in self.surviving:
+            return TRAINED
+        if group_id in self.trained:
+            return ROLLED_BACK
+        if reason is not None:
+            return f"discarded: {reason}"
+        return PENDING if run_id == self.last_run else LOST_AT_STOP
+
+
+def add(counts: dict[str, int], cause: str, tokens: int) -> None:
+    """Count ``tokens`` under ``cause`` (nothing for none)."""
+    if tokens:
+        counts[cause] = counts.get(cause, 0) + tokens
