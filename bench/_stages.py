@@ -53,6 +53,10 @@ def disk_full(tmp: Path) -> Stage | str:
     def cleanup() -> None:
         shutil.copyfile(disk / "t.jsonl", kept)
         subprocess.run(["umount", "-l", str(disk)], check=False)
+        for _ in range(100):  # a busy machine can take a moment to detach it
+            if not os.path.ismount(disk):
+                break
+            time.sleep(0.02)
 
     return Stage(
         disk / "t.jsonl",
