@@ -461,3 +461,33 @@ class TestScrapeAfterTheRun:
             check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True)
             assert check.returncode == 0, check.stdout + check.stderr
             assert text.count(b"\nrollout_step{") == 1
+
+
+class TestSpanCounts:
+    def test_spans_a_collector_refuses_are_counted_on_the_scrape_endpoint(self, tmp_path):
+        """With a collector that refuses every export, the sidecar's scrape endpoint counts the
+        spans it made and could not send (what the spans-dropping alert watches)."""
+        import urllib.request
+
+        from conftest import free_port
+
+        port = free_port()
+        with OtlpReceiver("grpc", fail=True) as rx:
+            env = metrics_env(port) | {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": rx.endpoint,
+                "OTEL_ROLLOUT_SIDECAR_LINGER": "8",
+            }
+            run = subprocess.run(
+                simulate_command(tmp_path, "--speed", "5", "--steps", "3"),
+                env=env, capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+            assert run.returncode == 0, run.stderr
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        counts = {
+            line.split('outcome="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("rollout_spans_total{")
+        }
+        assert counts["made"] > 0 and counts["sent"] == 0
+        assert counts["not_sent"] == counts["made"]

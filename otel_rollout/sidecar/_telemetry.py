@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from queue import Full, Queue
 from typing import Any
@@ -174,6 +174,8 @@ class Telemetry:
                 self.shipper = SpanShipper(ConsoleSpanExporter())
             self.builder = SpanBuilder(self._tracer_for, end_other_runs=end_other_runs)
         self._wants_metrics = bool(chosen.metrics)
+        if prometheus_registry is not None and self.shipper is not None:
+            prometheus_registry.register(_SpanCounts(self))
 
     # Runs.
 
@@ -307,3 +309,29 @@ class Telemetry:
     @property
     def spans_failed(self) -> int:
         return self.shipper.failed if self.shipper is not None else 0
+
+
+class _SpanCounts:
+    """``rollout_spans_total{outcome}`` on the sidecar's scrape endpoint: the spans it made,
+    sent, and could not send (the collector refused them or timed out), across every run
+    it followed.  The ``RolloutSpansDropping`` alert watches ``not_sent``."""
+
+    def __init__(self, telemetry: Telemetry) -> None:
+        self._telemetry = telemetry
+
+    def describe(self) -> list[Any]:
+        return []  # no collect at registration: the counts are read at each scrape
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily
+
+        t = self._telemetry
+        family = CounterMetricFamily(
+            "rollout_spans",
+            "Spans the export sidecar made from the log, sent, and could not send",
+            labels=["outcome"],
+        )
+        family.add_metric(["made"], t.spans_made)
+        family.add_metric(["sent"], t.spans_sent)
+        family.add_metric(["not_sent"], t.spans_failed)
+        yield family
