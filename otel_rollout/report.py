@@ -192,7 +192,8 @@ class PageStaleness(Analysis):
             else:
                 outcome = LOST_AT_STOP
             for tokens in held[1:]:
-                self._count(tokens, outcome)
+                if tokens or outcome != LOST_AT_STOP:  # lost before a token: not ranked
+                    self._count(tokens, outcome)
         data.deciles, data.starvation = deciles(self.counts)
         return data
 
