@@ -32,7 +32,10 @@ class ReportData:
     t0: float | None = None
     runs: dict[str, list[float]] = field(default_factory=dict)  # run → [first t, last t]
     steps: list[tuple[float, str, int, float]] = field(default_factory=list)  # t, run, step, age
-    in_flight: list[tuple[float, int]] = field(default_factory=list)
+    #: Attempts in flight as time buckets ``[start, end, least, most, sum, count]`` in file
+    #: order: every change, one a bucket, or (past 4,000 changes) the least, most and mean
+    #: of each bucket of a width doubled as the file goes on.
+    in_flight: list[list[float]] = field(default_factory=list)
     cost: CostReport | None = None
     step_ages: list[StepAge] = field(default_factory=list)  # the surviving steps, as batch-age
     #: Each surviving step's tokens by age (every age, not bucketed), in step order.
@@ -50,24 +53,50 @@ class ReportSeries(Analysis):
 
     def __init__(self, data: ReportData) -> None:
         self.data = data
-        self._every = 1  # keep every n-th point of attempts in flight
-        self._seen = 0
-        self._last: tuple[float, int] | None = None  # the newest point, if not kept
+        self._width = 0.0  # the in-flight buckets' width in seconds (0: one a change)
+        self._origin = 0.0
 
     def _point(self, t: float, n: int) -> None:
-        """A point of the in-flight series, thinned as it comes: memory stays ~2 × the points
-        drawn however long the file (a point per attempt start and end held the 600k-line
-        bench trace's report at 120 MB peak)."""
-        self._seen += 1
-        if self._seen % self._every:
-            self._last = (t, n)
-            return
-        self._last = None
-        points = self.data.in_flight
-        points.append((t, n))
-        if len(points) >= 2 * _MAX_POINTS:
-            del points[1::2]
-            self._every *= 2
+        """A change of attempts in flight, folded into the time buckets as it comes: memory
+        stays ~2 × the points drawn however long the file (a point per attempt start and
+        end held the 600k-line bench trace's report at 120 MB peak).  Buckets keep each
+        range's least and most, so a chart's band shows every peak; sampling every n-th
+        change, as before, could alias to one phase of a regular load and show none."""
+        buckets = self.data.in_flight
+        if buckets:
+            last = buckets[-1]
+            if t < last[0] + self._width or t < last[0]:
+                last[1] = max(last[1], t)
+                last[2] = min(last[2], n)
+                last[3] = max(last[3], n)
+                last[4] += n
+                last[5] += 1
+                return
+        if not buckets:
+            self._origin = t
+        start = t if not self._width else t - (t - self._origin) % self._width
+        buckets.append([start, t, n, n, n, 1])
+        if len(buckets) >= 2 * _MAX_POINTS:
+            self._coarsen()
+
+    def _coarsen(self) -> None:
+        """Double the buckets' width (the first time: a width of about 1/2000 of the time so
+        far) and merge the buckets that now share one."""
+        old = self.data.in_flight
+        span = old[-1][1] - self._origin
+        self._width = self._width * 2 if self._width else max(span / _MAX_POINTS, 1e-6)
+        merged: list[list[float]] = []
+        for b in old:
+            start = b[0] - (b[0] - self._origin) % self._width
+            if merged and merged[-1][0] == start:
+                m = merged[-1]
+                m[1] = max(m[1], b[1])
+                m[2], m[3] = min(m[2], b[2]), max(m[3], b[3])
+                m[4] += b[4]
+                m[5] += b[5]
+            else:
+                merged.append([start, *b[1:]])
+        old[:] = merged
 
     def handlers(self) -> Mapping[str, Callable[[Any], None]]:
         ends = dict.fromkeys(_ENDS, self._end)
@@ -100,8 +129,6 @@ class ReportSeries(Analysis):
             span[1] = max(span[1], run.last_t)
         if self.state.runs:
             data.t0 = self.state.runs[0].first_t
-        if self._last is not None:  # the series ends where the file does
-            data.in_flight.append(self._last)
         return data
 
 

@@ -22,7 +22,7 @@ from otel_rollout.render import svg
 from otel_rollout.render.fields import iso_utc
 from otel_rollout.report import collect, collect_file, deciles
 from otel_rollout.staleness import staleness, staleness_file
-from otel_rollout.testing import synthetic_trace
+from otel_rollout.testing import TraceBuilder, synthetic_trace
 
 MB = 1024 * 1024
 
@@ -135,6 +135,23 @@ class TestLongRuns:
         drawn = svg.stacked_bars("c", "t", rows, ["a", "b", "c", "d"], x_label="x", y_label="y")
         bars = re.findall(r"<title>steps ([\d,]+)–([\d,]+): ", drawn)
         assert 0 < len(set(bars)) <= svg.MAX_BINS and "(bars of 100 steps)" in drawn
+
+    def test_attempts_in_flight_keep_every_peak(self):
+        """12,000 attempts run one at a time with one burst of five: the in-flight series is
+        bounded (4,000 buckets), counts every change, and its band still reaches five."""
+        b = TraceBuilder(run_id="A", dt=0.001)
+        ids = {"group_id": "g", "prompt_id": 0, "weight_version": 0, "epoch": 0}
+        b.event("group.reserve", group_id="g", prompt_id=0, size=1, weight_version=0, epoch=0)
+        for n in range(12_000):
+            burst = range(5) if n == 7_777 else range(1)
+            for k in burst:
+                b.event("attempt.dispatch", attempt_id=f"a{n}.{k}", generation_index=k, **ids)
+            for k in burst:
+                b.event("attempt.abandon", attempt_id=f"a{n}.{k}", group_id="g", prompt_id=0,
+                        generation_index=k, reason="error", tokens=1)  # fmt: skip
+        buckets = collect(b.events).in_flight
+        assert len(buckets) < 4_000 and sum(x[5] for x in buckets) == 2 * 12_000 + 8
+        assert max(x[3] for x in buckets) == 5 and min(x[2] for x in buckets) == 0
 
     def test_every_chart_of_the_big_page_stays_small(self, big):
         """On 12,800 steps no chart of the 1M-line page has more than 600 marks."""

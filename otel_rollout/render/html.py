@@ -154,6 +154,7 @@ def _draw(name: str, data: ReportData, style: Style) -> str:
             x_label="generation-length decile (1 = shortest tenth of rollouts, 10 = longest)",
             y_label="share of the decile's rollouts (%)",
             empty="fewer than 10 finished rollouts: no deciles",
+            zero="no rollout was discarded or abandoned",
         )
     if name == "timeline":
         timeline_rows = []
@@ -181,10 +182,17 @@ def _draw(name: str, data: ReportData, style: Style) -> str:
             ],
         )
     assert name == "in-flight", name
+    buckets = data.in_flight
+    raw = len(buckets) <= svg.RAW_LIMIT and all(b[5] == 1 for b in buckets)
+    fine = [
+        svg.Bin((a - t0) / unit, (z - t0) / unit, int(c), s / c, lo, hi, None, None)
+        for a, z, lo, hi, s, c in buckets
+    ]
     return svg.band_chart(
         "in-flight",
         "Attempts in flight (min–max per bin when binned)",
-        [("attempts", [((t - t0) / unit, float(n), None) for t, n in data.in_flight])],
+        [("attempts", [((b[0] - t0) / unit, float(b[2]), None) for b in buckets] if raw else [])],
+        fine=[] if raw else [("attempts", fine)],
         x_label=x_label,
         y_label="attempts in flight",
         x_text=when,
@@ -207,8 +215,8 @@ body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:900px;color:
 h1{font-size:22px} h2{font-size:17px;margin-top:28px}
 .chart{width:100%;height:auto;border:1px solid #ddd;margin:6px 0}
 .axis,.tick,.legend{font:11px sans-serif;fill:#333} .title{font:bold 13px sans-serif;fill:#222}
-.grid{stroke:#e6e6e6} .head{font-weight:bold} .caption{margin:2px 0 0}
-.hover:hover{fill:rgba(0,0,0,.06)}
+.grid{stroke:#e6e6e6} .empty{font:13px sans-serif;fill:#777} .head{font-weight:bold}
+.caption{margin:2px 0 0} .hover:hover{fill:rgba(0,0,0,.06)}
 .chart circle.pt:hover{r:5}
 table{border-collapse:collapse;margin:8px 0} td,th{border:1px solid #ccc;padding:3px 8px}
 td.n{text-align:right;font-variant-numeric:tabular-nums} .muted{color:#777}
@@ -391,7 +399,11 @@ def write_pngs(data: ReportData, directory: Path) -> list[Path]:
     with tempfile.TemporaryDirectory() as tmp:
         for chart_id, drawing in charts(data).items():
             page = Path(tmp) / f"{chart_id}.html"
-            page.write_text(f"<html><body style='margin:0'>{drawing}</body></html>")
+            style = f"{_STYLE}.chart{{margin:0;border:0}}"
+            page.write_text(
+                f"<html><head><style>{style}</style></head>"
+                f"<body style='margin:0'>{drawing}</body></html>"
+            )
             out = directory / f"{chart_id}.png"
             subprocess.run(
                 [

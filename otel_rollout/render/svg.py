@@ -265,6 +265,37 @@ def bin_points(
     return out
 
 
+def _ends(b: Bin) -> list[Point]:
+    return [(b.x_lo, b.low, None), (b.x_hi, b.high, None)]
+
+
+def merge_bins(fine: Sequence[Bin], edges: Sequence[float]) -> list[Bin]:
+    """Narrow bins (x sorted) merged into the bins between ``edges``: the least low, the
+    most high, the mean weighted by count, the first and last keys."""
+    out: list[Bin] = []
+    i, n = 0, len(fine)
+    for lo, hi in itertools.pairwise(edges):
+        chunk = []
+        while i < n and (fine[i].x_lo < hi or hi == edges[-1]):
+            chunk.append(fine[i])
+            i += 1
+        if chunk:
+            count = sum(b.n for b in chunk)
+            out.append(
+                Bin(
+                    lo,
+                    hi,
+                    count,
+                    sum(b.mean * b.n for b in chunk) / count,
+                    min(b.low for b in chunk),
+                    max(b.high for b in chunk),
+                    chunk[0].k_first,
+                    chunk[-1].k_last,
+                )
+            )
+    return out
+
+
 def bin_edges(lo: float, hi: float, bins: int = MAX_BINS) -> list[float]:
     """Round bin edges from ``lo`` to past ``hi``: a nice width giving at most ``bins``."""
     width = nice_step(hi - lo, bins)
@@ -298,14 +329,18 @@ def band_chart(
     step: bool = False,
     x_from: float | None = None,
     counts: bool = False,
+    fine: Sequence[tuple[str, Sequence[Bin]]] = (),
 ) -> str:
     """Lines of ``(x, y, key)`` points, one colour a series, drawn point by point (a hover
     dot each) up to :data:`RAW_LIMIT` points, else binned: the mean of each bin as the
-    line, ``band`` as a shaded band, a hover box per bin.  ``markers`` are vertical lines
-    ``(x, tooltip, colour)``; ``x_text`` writes a point's x for its tooltip.  The x axis
-    starts at ``x_from`` if given (a time axis at its origin); ``counts`` ticks the y axis
-    in whole numbers."""
+    line, ``band`` as a shaded band, a hover box per bin.  ``fine`` gives series already
+    aggregated into narrower bins (merged into the chart's).  ``markers`` are vertical
+    lines ``(x, tooltip, colour)``; ``x_text`` writes a point's x for its tooltip.  The x
+    axis starts at ``x_from`` if given (a time axis at its origin); ``counts`` ticks the y
+    axis in whole numbers."""
     points = [p for _, pts in series for p in pts]
+    if fine:  # the bins' edges and extremes stand for their points
+        points = [p for _, bins in fine for b in bins for p in _ends(b)]
     if not points:
         return _empty(chart_id, title, x_label, y_label)
     x_min, x_max = min(p[0] for p in points), max(p[0] for p in points)
@@ -313,13 +348,15 @@ def band_chart(
         x_min = min(x_min, x_from)
     for x, _, _ in markers:
         x_min, x_max = min(x_min, x), max(x_max, x)
-    raw = len(points) <= RAW_LIMIT
+    raw = not fine and len(points) <= RAW_LIMIT
     xa = Axis.of(x_min, x_max, PLOT_X0, PLOT_X1, 6, tight=True)
     body: list[str] = []
     drawn: list[tuple[str, str, list[Bin] | Sequence[Point]]] = []
     y_top = max(p[1] for p in points)
     edges = bin_edges(x_min, x_max) if not raw else []
-    for n, (name, pts) in enumerate(series):
+    for n, (name, given) in enumerate(fine):
+        drawn.append((name, PALETTE[n % len(PALETTE)], merge_bins(given, edges)))
+    for n, (name, pts) in enumerate(() if fine else series):
         color = PALETTE[n % len(PALETTE)]
         ordered = sorted(pts, key=lambda p: p[0])
         if raw:
@@ -533,6 +570,7 @@ def grouped_bars(
     y_label: str,
     percent: bool = True,
     empty: str = "no data",
+    zero: str = "every value is 0",
 ) -> str:
     """Bars side by side for each group ``(label, values, tooltip)``, one colour per name;
     values are shares shown as percentages when ``percent``."""
@@ -558,6 +596,11 @@ def grouped_bars(
         body.append(
             f'<text x="{PLOT_X0 + (g + 0.5) * slot:.1f}" y="{PLOT_Y1 + 16}" '
             f'text-anchor="middle" class="tick">{escape(label)}</text>'
+        )
+    if not top:
+        body.append(
+            f'<text x="{(PLOT_X0 + PLOT_X1) / 2}" y="{(PLOT_Y0 + PLOT_Y1) / 2}" '
+            f'text-anchor="middle" class="empty">{escape(zero)}</text>'
         )
     body += _legend([LegendItem(nm, PALETTE[n % len(PALETTE)]) for n, nm in enumerate(names)])
     return _frame(chart_id, title, body, x_label, y_label)
