@@ -65,10 +65,13 @@ class ReportSeries(Analysis):
         buckets = self.data.in_flight
         if buckets:
             last = buckets[-1]
-            if t < last[0] + self._width or t < last[0]:
-                last[1] = max(last[1], t)
-                last[2] = min(last[2], n)
-                last[3] = max(last[3], n)
+            if t < last[0] + self._width:
+                if t > last[1]:
+                    last[1] = t
+                if n < last[2]:
+                    last[2] = n
+                elif n > last[3]:
+                    last[3] = n
                 last[4] += n
                 last[5] += 1
                 return
