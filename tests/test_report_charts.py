@@ -186,6 +186,25 @@ class TestLegends:
                 assert xs and min(xs) > right, name
                 assert re.search(r'class="swatch"', legend), name
 
+    def test_many_runs_keep_the_legend_in_its_column(self):
+        """Sixteen binned runs and their stop markers: the legend is cut to the rows its
+        column holds (the rest counted), each row inside the picture."""
+        series = [(f"run {r + 1} ({r:08x})", [(r * 1000 + k, k % 7, k) for k in range(900)])
+                  for r in range(16)]  # fmt: skip
+        markers = [(r * 1000.0, f"stop {r}", "#d62728") for r in range(1, 16)]
+        drawn = svg.band_chart(
+            "c", "t", series, x_label="x", y_label="y", x_text=str, markers=markers,
+            point_text=lambda *_: "", bin_text=lambda *_: "",
+            marker_legend=[svg.LegendItem("stop", "#d62728", "dash")],
+        )  # fmt: skip
+        legend = drawn.split('<g class="legend">', 1)[1].split("</g>", 1)[0]
+        ys = [
+            float(y)
+            for y in re.findall(r'<text class="legend[^"]*" x="[\d.]+" y="([\d.]+)"', legend)
+        ]
+        assert len(ys) == svg.LEGEND_ROWS and max(ys) < svg.H
+        assert re.search(r">… and \d+ more<", legend)
+
 
 class TestStalenessViews:
     def test_equal_to_staleness_on_the_demo(self, demo):

@@ -21,6 +21,7 @@ from html import escape
 
 W, H = 860, 290
 LEGEND_W = 165  # the legend column, right of the plot
+LEGEND_CHARS = 22  # the longest label it shows whole
 LEFT, TOP, BOTTOM = 66, 34, 46
 PLOT_X0, PLOT_X1 = LEFT, W - LEGEND_W
 PLOT_Y0, PLOT_Y1 = TOP, H - BOTTOM  # top and bottom of the plot area (SVG y grows down)
@@ -120,10 +121,19 @@ class LegendItem:
     kind: str = "box"
 
 
+LEGEND_ROWS = (H - TOP - 8) // 17  # the rows the legend column holds
+
+
 def _legend(items: Sequence[LegendItem], y: float = TOP) -> list[str]:
-    """The legend in its column right of the plot: a swatch and a label a row."""
+    """The legend in its column right of the plot: a swatch and a label a row; a label too
+    long for the column is cut with its whole text on hover, and rows past the column's
+    height are counted in a last row."""
     x = PLOT_X1 + 14
     out = ['<g class="legend">']
+    items = list(items)
+    if len(items) > LEGEND_ROWS:
+        hidden = len(items) - LEGEND_ROWS + 1
+        items = [*items[: LEGEND_ROWS - 1], LegendItem(f"… and {hidden} more", "", "head")]
     for n, item in enumerate(items):
         yy = y + 4 + 17 * n
         if item.kind == "head":
@@ -147,7 +157,10 @@ def _legend(items: Sequence[LegendItem], y: float = TOP) -> list[str]:
                 f'<rect class="swatch" x="{x}" y="{yy}" width="16" height="10" '
                 f'fill="{item.color}"{opacity}/>'
             )
-        out.append(f'<text class="legend" x="{x + 22}" y="{yy + 9}">{escape(item.label)}</text>')
+        label = item.label
+        tip = f"<title>{escape(label)}</title>" if len(label) > LEGEND_CHARS else ""
+        label = label if not tip else label[: LEGEND_CHARS - 1] + "…"
+        out.append(f'<text class="legend" x="{x + 22}" y="{yy + 9}">{escape(label)}{tip}</text>')
     out.append("</g>")
     return out
 
@@ -411,7 +424,8 @@ def band_chart(
             )
         for b in bins:
             body.append(_hover(xa(b.x_lo), xa(b.x_hi), bin_text(name, b)))
-        legend.append(LegendItem(f"{band.replace('-', '–')} band", color, "band"))
+    if not raw:  # one row says what every series' shading is
+        legend.append(LegendItem(f"{band.replace('-', '–')} band", "#888", "band"))
     body += _legend([*legend, *marker_legend])
     return _frame(chart_id, title, body, x_label, y_label)
 
@@ -629,12 +643,16 @@ def timeline(
         y = PLOT_Y0 + n * height
         first, _, rest = name.partition(" (")
         mid = y + height / 2
+        if height < 30:  # too thin for two lines: the run's number, its ID on hover
+            rest, mid = "", mid + 4
+        rest = rest.rstrip(")")
+        rest = rest if len(rest) <= 9 else rest[:8] + "…"  # the whole name on hover
         label = f'<tspan x="{PLOT_X0 - 6}" y="{mid - 2:.1f}">{escape(first)}</tspan>'
         if rest:
-            label += (
-                f'<tspan x="{PLOT_X0 - 6}" y="{mid + 11:.1f}">{escape(rest.rstrip(")"))}</tspan>'
-            )
-        body.append(f'<text text-anchor="end" class="tick">{label}</text>')
+            label += f'<tspan x="{PLOT_X0 - 6}" y="{mid + 11:.1f}">{escape(rest)}</tspan>'
+        body.append(
+            f'<text text-anchor="end" class="tick">{label}<title>{escape(name)}</title></text>'
+        )
         for start, end, label, color in segs:
             tip = f"{name} {label}: {x_text(start)} to {x_text(end)}"
             body.append(
