@@ -1,21 +1,24 @@
 """What the stop/restore report page shows, gathered in the one pass beside the cost
-analysis: batch age per step as trained, token-age shares, attempts in flight, and
-each run's span.  :mod:`otel_rollout.render.html` draws the page.
+analysis: batch age per step as trained, attempts in flight, each run's span, and the
+staleness views (token age per step, discard and stale rates by generation-length
+decile).  :mod:`otel_rollout.render.html` draws the page.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .age import AGE_BUCKETS, StepAge, step_age
+from .age import StepAge, step_age
 from .analysis import Analysis, StepAges, Stop, run_events, run_file
-from .cost import CostAnalysis, CostReport
+from .cost import LOST_AT_STOP, TRAINED, CostAnalysis, CostReport
 from .reader import EventReader, Progress
+from .staleness import STALE
 
-__all__ = ["ReportData", "ReportSeries", "collect", "collect_file"]
+__all__ = ["PageStaleness", "ReportData", "ReportSeries", "collect", "collect_file"]
 
 _MAX_POINTS = 2000
 _ENDS = ("attempt.seal", "attempt.refuse", "attempt.abandon")
@@ -29,38 +32,74 @@ class ReportData:
     t0: float | None = None
     runs: dict[str, list[float]] = field(default_factory=dict)  # run → [first t, last t]
     steps: list[tuple[float, str, int, float]] = field(default_factory=list)  # t, run, step, age
-    shares: dict[int, list[float]] = field(default_factory=dict)  # step → shares by age
-    in_flight: list[tuple[float, int]] = field(default_factory=list)
+    #: Attempts in flight as time buckets ``[start, end, least, most, sum, count]`` in file
+    #: order: every change, one a bucket, or (past 4,000 changes) the least, most and mean
+    #: of each bucket of a width doubled as the file goes on.
+    in_flight: list[list[float]] = field(default_factory=list)
     cost: CostReport | None = None
     step_ages: list[StepAge] = field(default_factory=list)  # the surviving steps, as batch-age
+    #: Each surviving step's tokens by age (every age, not bucketed), in step order.
+    age_tokens: list[tuple[int, dict[int, int]]] = field(default_factory=list)
+    #: ``staleness --json``'s ``length_bias.deciles`` and ``long_rollout_starvation``.
+    deciles: list[dict[str, Any]] = field(default_factory=list)
+    starvation: float | None = None
 
 
 class ReportSeries(Analysis):
-    """The page's time series: batch age per step as trained, token-age shares, attempts in
-    flight, and each run's span (an analysis of the one pass, beside the cost analysis)."""
+    """The page's time series: batch age per step as trained, attempts in flight, and each
+    run's span (an analysis of the one pass, beside the cost analysis)."""
 
     kinds = frozenset({"attempt.dispatch", "attempt.resume", "train.step", "group.seal", *_ENDS})
 
     def __init__(self, data: ReportData) -> None:
         self.data = data
-        self._every = 1  # keep every n-th point of attempts in flight
-        self._seen = 0
-        self._last: tuple[float, int] | None = None  # the newest point, if not kept
+        self._width = 0.0  # the in-flight buckets' width in seconds (0: one a change)
+        self._origin = 0.0
 
     def _point(self, t: float, n: int) -> None:
-        """A point of the in-flight series, thinned as it comes: memory stays ~2 × the points
-        drawn however long the file (a point per attempt start and end held the 600k-line
-        bench trace's report at 120 MB peak)."""
-        self._seen += 1
-        if self._seen % self._every:
-            self._last = (t, n)
-            return
-        self._last = None
-        points = self.data.in_flight
-        points.append((t, n))
-        if len(points) >= 2 * _MAX_POINTS:
-            del points[1::2]
-            self._every *= 2
+        """A change of attempts in flight, folded into the time buckets as it comes: memory
+        stays ~2 × the points drawn however long the file (a point per attempt start and
+        end held the 600k-line bench trace's report at 120 MB peak).  Buckets keep each
+        range's least and most, so a chart's band shows every peak; sampling every n-th
+        change, as before, could alias to one phase of a regular load and show none."""
+        buckets = self.data.in_flight
+        if buckets:
+            last = buckets[-1]
+            if t < last[0] + self._width:
+                if t > last[1]:
+                    last[1] = t
+                if n < last[2]:
+                    last[2] = n
+                elif n > last[3]:
+                    last[3] = n
+                last[4] += n
+                last[5] += 1
+                return
+        if not buckets:
+            self._origin = t
+        start = t if not self._width else t - (t - self._origin) % self._width
+        buckets.append([start, t, n, n, n, 1])
+        if len(buckets) >= 2 * _MAX_POINTS:
+            self._coarsen()
+
+    def _coarsen(self) -> None:
+        """Double the buckets' width (the first time: a width of about 1/2000 of the time so
+        far) and merge the buckets that now share one."""
+        old = self.data.in_flight
+        span = old[-1][1] - self._origin
+        self._width = self._width * 2 if self._width else max(span / _MAX_POINTS, 1e-6)
+        merged: list[list[float]] = []
+        for b in old:
+            start = b[0] - (b[0] - self._origin) % self._width
+            if merged and merged[-1][0] == start:
+                m = merged[-1]
+                m[1] = max(m[1], b[1])
+                m[2], m[3] = min(m[2], b[2]), max(m[3], b[3])
+                m[4] += b[4]
+                m[5] += b[5]
+            else:
+                merged.append([start, *b[1:]])
+        old[:] = merged
 
     def handlers(self) -> Mapping[str, Callable[[Any], None]]:
         ends = dict.fromkeys(_ENDS, self._end)
@@ -85,8 +124,6 @@ class ReportSeries(Analysis):
         age = e.batch_age if e.batch_age is not None else row.batch_age
         if age is not None:
             self.data.steps.append((e.t, e.run_id, e.step, float(age)))
-        if row.tokens:
-            self.data.shares[e.step] = [row.share(a) for a in AGE_BUCKETS]
 
     def result(self) -> ReportData:
         data = self.data
@@ -95,17 +132,149 @@ class ReportSeries(Analysis):
             span[1] = max(span[1], run.last_t)
         if self.state.runs:
             data.t0 = self.state.runs[0].first_t
-        if self._last is not None:  # the series ends where the file does
-            data.in_flight.append(self._last)
         return data
+
+
+class PageStaleness(Analysis):
+    """The staleness views of the page in little memory: each surviving step's tokens by
+    age, and the discard and stale rates by generation-length decile with the long-rollout
+    starvation ratio, equal to :class:`~otel_rollout.staleness.StalenessAnalysis`'s
+    (``staleness --json``; a test holds them equal).
+
+    That analysis keeps a record per attempt and per group for its quantiles of times and
+    prompts, which the page does not show: in the report's pass it took the 1M-line bench
+    trace from 96 to 237 MB peak.  The deciles need only each attempt's length and its
+    group's fate, so a group's lengths are held until a step trains it (its fate is then
+    settled: trained, or trained by a step a restore redid) and counted into one histogram
+    of ``(tokens, outcome)``; only groups not trained yet are held, and at the end they
+    take their fate by the ledger's rule."""
+
+    kinds = frozenset(
+        {"attempt.seal", "attempt.abandon", "group.reserve", "group.discard", "train.step"}
+    )
+
+    def __init__(self, data: ReportData) -> None:
+        self.data = data
+        self.counts: dict[tuple[int, str], int] = {}  # (tokens, outcome) → attempts
+        self.waiting: dict[str, list[Any]] = {}  # group → [run, tokens of its attempts...]
+        self.reasons: dict[str, str] = {}  # group → why it was discarded
+
+    def handlers(self) -> Mapping[str, Callable[[Any], None]]:
+        return {
+            "attempt.seal": self._seal,
+            "attempt.abandon": self._abandon,
+            "group.reserve": self._run,
+            "group.discard": self._discard,
+            "train.step": self._step,
+        }
+
+    def _count(self, tokens: int, outcome: str) -> None:
+        key = (tokens, outcome)
+        self.counts[key] = self.counts.get(key, 0) + 1
+
+    def _seal(self, e: Any) -> None:
+        held = self.waiting.get(e.group_id)
+        if held is None:
+            self.waiting[e.group_id] = [e.run_id, e.tokens]
+        else:
+            held[0] = e.run_id  # the group belongs to the last run that sealed into it
+            held.append(e.tokens)
+
+    def _abandon(self, e: Any) -> None:
+        self._count(e.tokens or 0, f"abandoned: {e.reason}")
+
+    def _run(self, e: Any) -> None:
+        held = self.waiting.get(e.group_id)
+        if held is not None:
+            held[0] = e.run_id
+
+    def _discard(self, e: Any) -> None:
+        self._run(e)
+        self.reasons[e.group_id] = e.reason
+
+    def _step(self, e: Any) -> None:
+        # Trained now: "trained" or, if a restore redoes this step, "trained by a step a
+        # restore redid"; both sort after every discard and loss, so one label keeps the
+        # deciles exact.
+        for group_id in e.group_ids:
+            held = self.waiting.pop(group_id, None)
+            if held is not None:
+                for tokens in held[1:]:
+                    self._count(tokens, TRAINED)
+
+    def result(self) -> ReportData:
+        state, data = self.state, self.data
+        for number in sorted(state.steps):
+            s = state.steps[number]
+            ages: dict[int, int] = {}
+            for group_id in s.group_ids:
+                for version, n in state.seals.get(group_id, {}).items():
+                    age = max(s.trained_version - version, 0)
+                    ages[age] = ages.get(age, 0) + n
+            data.age_tokens.append((number, ages))
+        last = state.run.run_id if state.run is not None else None
+        for group_id, held in self.waiting.items():
+            reason = self.reasons.get(group_id)
+            if reason is not None:
+                outcome = f"discarded: {reason}"
+            elif held[0] == last:
+                continue  # pending: not ranked
+            else:
+                outcome = LOST_AT_STOP
+            for tokens in held[1:]:
+                if tokens or outcome != LOST_AT_STOP:  # lost before a token: not ranked
+                    self._count(tokens, outcome)
+        data.deciles, data.starvation = deciles(self.counts)
+        return data
+
+
+def deciles(counts: Mapping[tuple[int, str], int]) -> tuple[list[dict[str, Any]], float | None]:
+    """Discard and stale rates by generation-length decile from a histogram of ``(tokens,
+    outcome)``, and the starvation ratio (stale rate of the longest tenth over the
+    shortest's): the attempts ranked by length (then outcome) and cut into ten parts."""
+    ranked = sorted((key, n) for key, n in counts.items() if n)
+    total = sum(n for _, n in ranked)
+    if total < 10:
+        return [], None
+    rows: list[dict[str, Any]] = []
+    for d in range(10):
+        lo, hi = d * total // 10, (d + 1) * total // 10
+        seen = discarded = stale = 0
+        first = last = None
+        for (tokens, outcome), n in ranked:
+            a, b = max(seen, lo), min(seen + n, hi)
+            seen += n
+            if a >= b:
+                if seen >= hi:
+                    break
+                continue
+            first = tokens if first is None else first
+            last = tokens
+            if outcome.startswith(("discarded", "abandoned")):
+                discarded += b - a
+            if outcome in (f"discarded: {STALE}", f"abandoned: {STALE}"):
+                stale += b - a
+        rows.append(
+            {
+                "decile": d + 1,
+                "min_tokens": first,
+                "max_tokens": last,
+                "attempts": hi - lo,
+                "discard_rate": discarded / (hi - lo),
+                "stale_rate": stale / (hi - lo),
+            }
+        )
+    low, high = rows[0]["stale_rate"], rows[-1]["stale_rate"]
+    if low:
+        return rows, high / low
+    return rows, (math.inf if high else None)
 
 
 def collect(events: Iterable[Any], source: str = "") -> ReportData:
     """Read ``events`` once (dicts or typed events, file order) for the whole page."""
     data = ReportData(source)
-    data.cost, _, data.step_ages = run_events(
-        events, [CostAnalysis(), ReportSeries(data), StepAges()]
-    )
+    analyses = [CostAnalysis(), ReportSeries(data), StepAges(), PageStaleness(data)]
+    data.cost, _, data.step_ages, _ = run_events(events, analyses)
     return data
 
 
@@ -115,6 +284,6 @@ def collect_file(
     """:func:`collect` over a trace file, read once in typed blocks."""
     source = path.path if isinstance(path, EventReader) else path
     data = ReportData(str(source))
-    analyses = [CostAnalysis(), ReportSeries(data), StepAges()]
-    data.cost, _, data.step_ages = run_file(path, analyses, progress=progress)
+    analyses = [CostAnalysis(), ReportSeries(data), StepAges(), PageStaleness(data)]
+    data.cost, _, data.step_ages, _ = run_file(path, analyses, progress=progress)
     return data

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,7 @@ from otel_rollout.report import collect
 from otel_rollout.testing import TraceBuilder
 
 INSTALL = "apt-get install -y --no-install-recommends chromium"
+CHARTS = ("batch-age", "token-age", "age-heatmap", "length-bias", "timeline", "in-flight")
 
 
 def two_run_trace() -> TraceBuilder:
@@ -69,48 +71,62 @@ class TestPage:
         assert "url(" not in html and "@import" not in html
 
     def test_every_chart_has_marks(self, page):
-        """Four charts, each with drawn series, bars or spans, and the cost tables."""
+        """Six charts, each with drawn marks (series, bars, cells or spans) but the length
+        bias of three rollouts, which says why it has none; and the tables."""
         html, _ = page
-        for chart in ("batch-age", "token-age", "timeline", "in-flight"):
+        for chart in CHARTS:
             svg = html.split(f'id="{chart}"', 1)[1].split("</svg>", 1)[0]
-            assert re.search(r"<polyline|class=\"bar\"|class=\"span\"", svg), chart
+            if chart == "length-bias":
+                assert "fewer than 10 finished rollouts" in svg and 'class="mark' not in svg
+            else:
+                assert 'class="mark' in svg, chart
         assert "What each stop cost" in html and '<th title="">downtime</th>' in html
 
     def test_stops_and_restores_are_marked(self, page):
-        """The batch-age chart marks the stop and the restore."""
+        """The batch-age chart marks the stop and the restore, and says so in its legend."""
         html, _ = page
         svg = html.split('id="batch-age"', 1)[1].split("</svg>", 1)[0]
-        assert "stop: A" in svg and "restore: B" in svg
+        assert "stop of run A" in svg and "restore: run B" in svg
+        assert '<text class="legend" x="' in svg and ">stop</text>" in svg
+
+
+def load_in_chromium(path: Path, tmp_path: Path) -> tuple[dict[str, str], list[str]]:
+    """Open ``path`` in headless Chromium: the page's counts (``data-*`` of its body, set by
+    its inline script) and the console lines Chromium logged."""
+    browser = chromium()
+    if browser is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"Chromium is not installed ({INSTALL})")
+        pytest.skip(f"Chromium is not installed ({INSTALL})")
+    proc = subprocess.run(
+        [
+            browser,
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--dump-dom",
+            path.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    body = re.search(r"<body([^>]*)>", proc.stdout)
+    assert body is not None, proc.stdout[:2000]
+    attrs = dict(re.findall(r'data-(\w+)="(\d+)"', body.group(1)))
+    return attrs, [line for line in proc.stderr.splitlines() if "CONSOLE" in line]
 
 
 class TestInChromium:
     def test_renders_charts_without_errors(self, page, tmp_path):
-        """Headless Chromium loads the file: all charts drawn, no page or console errors."""
-        browser = chromium()
-        if browser is None:
-            if os.environ.get("CI") == "true":
-                pytest.fail(f"Chromium is not installed ({INSTALL})")
-            pytest.skip(f"Chromium is not installed ({INSTALL})")
+        """Headless Chromium loads the file: the charts drawn (all but the length bias of
+        three rollouts), no page or console errors."""
         _, path = page
-        proc = subprocess.run(
-            [
-                browser,
-                *CHROMIUM_FLAGS,
-                f"--user-data-dir={tmp_path / 'profile'}",
-                "--enable-logging=stderr",
-                "--v=0",
-                "--dump-dom",
-                path.as_uri(),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        body = re.search(r"<body([^>]*)>", proc.stdout).group(1)
-        attrs = dict(re.findall(r'data-(\w+)="(\d+)"', body))
-        assert attrs["charts"] == "4" and int(attrs["marks"]) > 10 and attrs["errors"] == "0"
-        console = [line for line in proc.stderr.splitlines() if "CONSOLE" in line]
+        attrs, console = load_in_chromium(path, tmp_path)
+        assert attrs["charts"] == str(len(CHARTS)) and attrs["drawn"] == str(len(CHARTS) - 1)
+        assert int(attrs["marks"]) > 10 and attrs["errors"] == "0"
         assert console == []
 
     def test_png_export(self, tmp_path, cli):
@@ -123,7 +139,7 @@ class TestInChromium:
         )
         assert proc.returncode == 0, proc.stderr
         pngs = sorted((tmp_path / "png").glob("*.png"))
-        assert [p.stem for p in pngs] == ["batch-age", "in-flight", "timeline", "token-age"]
+        assert [p.stem for p in pngs] == sorted(CHARTS)
         assert all(p.read_bytes().startswith(b"\x89PNG") for p in pngs)
 
 

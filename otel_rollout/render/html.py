@@ -1,9 +1,10 @@
 """The stop/restore report: one self-contained HTML page (charts and tables).
 
 Batch age per step with the stops and restores marked, the token-age
-distribution per step, a timeline of the runs (active, down, catching up),
-attempts in flight over time, the cost tables and the token ledger, and every
-step's batch age in a table.  Tables come from the field descriptions of
+distribution per step (shares by age, and the full histogram as a heat map),
+discard and stale rates by generation-length decile, a timeline of the runs
+(active, down, catching up), attempts in flight over time, the cost tables and
+the token ledger, and every step's batch age in a table.  Tables come from the field descriptions of
 :mod:`.fields`, as the text and JSON do.  The page has inline SVG and styles
 only; its one inline script records page errors for the tests.  Nothing is fetched.
 """
@@ -11,15 +12,16 @@ only; its one inline script records page errors for the tests.  Nothing is fetch
 from __future__ import annotations
 
 import io
+import math
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from html import escape
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..age import StepAge
+from ..age import AGE_BUCKETS, StepAge
 from ..cost import CostReport
 from ..report import ReportData
 from . import svg
@@ -32,6 +34,7 @@ from .fields import (
     Field,
     Style,
     as_html,
+    iso_utc,
     ledger_balance,
     ledger_rows,
     short_run,
@@ -41,68 +44,180 @@ from .records import step_record
 __all__ = ["CHROMIUM_FLAGS", "charts", "chromium", "render_html", "write_html", "write_pngs"]
 
 
+_TIME_UNITS = [(120.0, 1.0, "seconds"), (7200.0, 60.0, "minutes"), (172800.0, 3600.0, "hours")]
+
+
+def time_unit(span_s: float) -> tuple[float, str]:
+    """The unit a time axis of ``span_s`` seconds is written in: seconds up to two minutes,
+    minutes up to two hours, hours up to two days, then days."""
+    for limit, size, name in _TIME_UNITS:
+        if span_s <= limit:
+            return size, name
+    return 86400.0, "days"
+
+
 def charts(data: ReportData, style: Style = PLAIN, only: str | None = None) -> dict[str, str]:
     """Every chart of the page (or ``only`` that one), by id, as SVG text."""
+    wanted = [c for c, _ in _CHARTS if only in (None, c)]
+    return {name: _draw(name, data, style) for name in wanted}
+
+
+def _draw(name: str, data: ReportData, style: Style) -> str:
     t0 = data.t0 or 0.0
     runs = list(data.runs)
     short = {r: f"run {n + 1} ({short_run(r, style)})" for n, r in enumerate(runs)}
     cost = data.cost or CostReport()
+    t_end = max((span[1] for span in data.runs.values()), default=t0)
+    unit, unit_name = time_unit(t_end - t0)
+    x_label = f"{unit_name} since {iso_utc(t0)}"
+
+    def when(x: float) -> str:  # an x of a time axis, in words
+        return iso_utc(t0 + x * unit)
+
     markers = []
     for b in cost.boundaries:
-        markers.append((b.stopped_at - t0, f"stop: {short_run(b.old_run, style)}", "#d62728"))
-        markers.append((b.resumed_at - t0, f"restore: {short_run(b.new_run, style)}", "#2ca02c"))
-    series = [
-        (short[r], [(t - t0, age) for t, run, _, age in data.steps if run == r]) for r in runs
-    ]
-    timeline_rows = []
-    for n, r in enumerate(runs):
-        first, last = data.runs[r]
-        segments = [(first - t0, last - t0, "active", "#1f77b4")]
-        if n + 1 < len(runs):
-            segments.append((last - t0, data.runs[runs[n + 1]][0] - t0, "down", "#d62728"))
-        for b in cost.boundaries:
-            if b.new_run == r and b.catch_up_s is not None:
-                start = b.resumed_at - t0
-                segments.append((start, start + b.catch_up_s, "catching up", "#ff7f0e"))
-        timeline_rows.append((short[r], segments))
-    makers: dict[str, Callable[[], str]] = {
-        "batch-age": lambda: svg.line_chart(
+        old, new = short_run(b.old_run, style), short_run(b.new_run, style)
+        markers.append(((b.stopped_at - t0) / unit, f"stop of run {old}", "#d62728"))
+        markers.append(((b.resumed_at - t0) / unit, f"restore: run {new}", "#2ca02c"))
+    marker_legend = (
+        [svg.LegendItem("stop", "#d62728", "dash"), svg.LegendItem("restore", "#2ca02c", "dash")]
+        if markers
+        else []
+    )
+    if name == "batch-age":
+        series = [
+            (
+                short[r],
+                [((t - t0) / unit, age, step) for t, run, step, age in data.steps if run == r],
+            )
+            for r in runs
+        ]
+        return svg.band_chart(
             "batch-age",
-            "Batch age per step (stops red, restores green)",
+            "Batch age per step (mean per bin and p10–p90 when binned)",
             series,
-            markers,
-            "seconds since the first event",
-            "batch age (updates)",
-        ),
-        "token-age": lambda: svg.stacked_bars(
+            x_label=x_label,
+            y_label="batch age (updates)",
+            x_text=when,
+            point_text=lambda run, p: (
+                f"{run}, step {p[2]:,} at {when(p[0])}: batch age {p[1]:.2f} updates"
+            ),
+            bin_text=lambda run, b: (
+                f"{run}, steps {b.k_first:,}–{b.k_last:,} ({b.n:,} steps) "
+                f"from {when(b.x_lo)} to {when(b.x_hi)}: batch age mean {b.mean:.2f}, "
+                f"p10 {b.low:.2f}, p90 {b.high:.2f} updates"
+            ),
+            markers=markers,
+            marker_legend=marker_legend,
+            x_from=0.0,
+        )
+    if name == "token-age":
+        rows = [(r.step, [r.tokens_by_age.get(a, 0) for a in AGE_BUCKETS]) for r in data.step_ages]
+        return svg.stacked_bars(
             "token-age",
-            "Share of each step's tokens by age",
-            sorted(data.shares.items()),
+            "Share of each step's tokens by age (updates behind the trained version)",
+            rows,
             AGE_LABELS,
-            "step",
-            "share of tokens",
+            x_label="training step",
+            y_label="share of tokens (%)",
+        )
+    if name == "age-heatmap":
+        return svg.heat_map(
+            "age-heatmap",
+            "Token age histogram per step: share of the step's tokens at each age",
+            data.age_tokens,
+            x_label="training step",
+            y_label="token age (updates)",
+        )
+    if name == "length-bias":
+        ratio = data.starvation
+        if ratio is None:
+            said = "n/a"
+        elif math.isinf(ratio):
+            said = "∞"
+        else:
+            said = f"{ratio:.2f}×"
+        groups = [
+            (
+                str(d["decile"]),
+                [d["discard_rate"], d["stale_rate"]],
+                f"decile {d['decile']} ({d['min_tokens']:,}–{d['max_tokens']:,} tokens, "
+                f"{d['attempts']:,} rollouts)",
+            )
+            for d in data.deciles
+        ]
+        return svg.grouped_bars(
+            "length-bias",
+            f"Discard and stale rate by length decile; long-rollout starvation ratio {said}",
+            groups,
+            ["discarded/abandoned", "stale"],
+            x_label="generation-length decile (1 = shortest tenth of rollouts, 10 = longest)",
+            y_label="share of the decile's rollouts (%)",
+            empty="fewer than 10 finished rollouts: no deciles",
+            zero="no rollout was discarded or abandoned",
+        )
+    if name == "timeline":
+        timeline_rows = []
+        for n, r in enumerate(runs):
+            first, last = data.runs[r]
+            segments = [((first - t0) / unit, (last - t0) / unit, "active", "#1f77b4")]
+            if n + 1 < len(runs):
+                nxt = data.runs[runs[n + 1]][0]
+                segments.append(((last - t0) / unit, (nxt - t0) / unit, "down", "#d62728"))
+            for b in cost.boundaries:
+                if b.new_run == r and b.catch_up_s is not None:
+                    start = (b.resumed_at - t0) / unit
+                    segments.append((start, start + b.catch_up_s / unit, "catching up", "#ff7f0e"))
+            timeline_rows.append((short[r], segments))
+        return svg.timeline(
+            "timeline",
+            "Runs: active, down, catching up",
+            timeline_rows,
+            x_label=x_label,
+            x_text=when,
+            legend=[
+                svg.LegendItem("active", "#1f77b4"),
+                svg.LegendItem("down", "#d62728"),
+                svg.LegendItem("catching up", "#ff7f0e"),
+            ],
+        )
+    assert name == "in-flight", name
+    buckets = data.in_flight
+    raw = len(buckets) <= svg.RAW_LIMIT and all(b[5] == 1 for b in buckets)
+    fine = [
+        svg.Bin((a - t0) / unit, (z - t0) / unit, int(c), s / c, lo, hi, None, None)
+        for a, z, lo, hi, s, c in buckets
+    ]
+    return svg.band_chart(
+        "in-flight",
+        "Attempts in flight (min–max per bin when binned)",
+        [("attempts", [((b[0] - t0) / unit, float(b[2]), None) for b in buckets] if raw else [])],
+        fine=[] if raw else [("attempts", fine)],
+        x_label=x_label,
+        y_label="attempts in flight",
+        x_text=when,
+        point_text=lambda _, p: f"{when(p[0])}: {p[1]:,.0f} attempts in flight",
+        bin_text=lambda _, b: (
+            f"{when(b.x_lo)} to {when(b.x_hi)}: {b.low:,.0f}–{b.high:,.0f} "
+            f"attempts in flight, mean {b.mean:,.1f}"
         ),
-        "timeline": lambda: svg.timeline(
-            "timeline", "Runs: active, down, catching up", timeline_rows
-        ),
-        "in-flight": lambda: svg.line_chart(
-            "in-flight",
-            "Attempts in flight",
-            [("attempts", [(t - t0, float(n)) for t, n in data.in_flight])],
-            markers,
-            "seconds since the first event",
-            "attempts",
-            step=True,
-        ),
-    }
-    return {name: draw() for name, draw in makers.items() if only in (None, name)}
+        band="min-max",
+        markers=markers,
+        marker_legend=marker_legend,
+        step=True,
+        x_from=0.0,
+        counts=True,
+    )
 
 
 _STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:900px;color:#222}
 h1{font-size:22px} h2{font-size:17px;margin-top:28px}
 .chart{width:100%;height:auto;border:1px solid #ddd;margin:6px 0}
-.axis,.tick,.legend{font:11px sans-serif;fill:#333}
+.axis,.tick,.legend{font:11px sans-serif;fill:#333} .title{font:bold 13px sans-serif;fill:#222}
+.grid{stroke:#e6e6e6} .empty{font:13px sans-serif;fill:#777} .head{font-weight:bold}
+.caption{margin:2px 0 0} .hover:hover{fill:rgba(0,0,0,.06)}
+.chart circle.pt:hover{r:5}
 table{border-collapse:collapse;margin:8px 0} td,th{border:1px solid #ccc;padding:3px 8px}
 td.n{text-align:right;font-variant-numeric:tabular-nums} .muted{color:#777}
 """
@@ -112,10 +227,15 @@ _SCRIPT = """
 window.__errors = [];
 window.addEventListener("error", function (e) { window.__errors.push(String(e.message)); });
 document.addEventListener("DOMContentLoaded", function () {
-  var drawn = document.querySelectorAll(
-    "svg.chart polyline, svg.chart rect.bar, svg.chart rect.span");
-  document.body.setAttribute("data-charts", document.querySelectorAll("svg.chart").length);
-  document.body.setAttribute("data-marks", drawn.length);
+  var charts = document.querySelectorAll("svg.chart"), marks = 0, drawn = 0;
+  for (var i = 0; i < charts.length; i++) {
+    var n = charts[i].querySelectorAll(".mark").length;
+    marks += n;
+    if (n > 0) drawn += 1;
+  }
+  document.body.setAttribute("data-charts", charts.length);
+  document.body.setAttribute("data-drawn", drawn);
+  document.body.setAttribute("data-marks", marks);
   document.body.setAttribute("data-errors", window.__errors.length);
 });
 """
@@ -173,11 +293,12 @@ def write_html(data: ReportData, out: TextIO, style: Style = PLAIN) -> None:
         "<title>otel-rollout report</title>"
         f"<style>{_STYLE}</style><script>{_SCRIPT}</script></head><body>"
         f'<h1>Rollout stop/restore report</h1><p class="muted">{escape(data.source)} — '
-        f"{len(data.runs)} runs, {len(cost.boundaries)} stops, {cost.steps} training steps</p>"
+        f"{len(data.runs)} runs, {len(cost.boundaries)} stops, {cost.steps:,} training steps</p>"
     )
     for chart_id, title in _CHARTS:
         out.write(f"<h2>{title}</h2>")
         out.write(charts(data, style, only=chart_id)[chart_id])
+        out.write(f'<p class="caption muted">{escape(caption(chart_id, data))}</p>')
     out.write("<h2>What each stop cost</h2>")
     out.write(_tables(cost, style))
     out.write("<h2>Batch age of every step</h2>")
@@ -196,9 +317,54 @@ def render_html(data: ReportData, style: Style = PLAIN) -> str:
 _CHARTS = [
     ("batch-age", "Batch age per step"),
     ("token-age", "Token age per step"),
+    ("age-heatmap", "Token age histogram per step"),
+    ("length-bias", "Length bias: are long rollouts starved?"),
     ("timeline", "Runs"),
     ("in-flight", "Attempts in flight"),
 ]
+
+
+def caption(chart_id: str, data: ReportData) -> str:
+    """The line under a chart: how to read it, and where its exact values are."""
+    binned = f"past {svg.RAW_LIMIT:,} points a chart shows bins of a round width"
+    if chart_id == "batch-age":
+        return (
+            f"Each dot is a step (hover it for its values); {binned}: the line is each bin's "
+            "mean and the band its p10–p90, and hovering a bin gives its step range. Every "
+            "step's batch age is in the table at the end of the page."
+        )
+    if chart_id == "token-age":
+        return (
+            f"One bar a step, or past {svg.MAX_BINS:,} steps one bar a range of steps (the "
+            "shares of the range's tokens); hover a bar for its tokens and shares."
+        )
+    if chart_id == "age-heatmap":
+        return (
+            "Every age a token had when trained (updates between the weights that generated "
+            "it and the version trained), one column a step or a range of steps; hover a cell "
+            "for its share and tokens. `otel-rollout staleness` prints the same histograms."
+        )
+    if chart_id == "length-bias":
+        ratio = data.starvation
+        said = (
+            "n/a (neither tenth has stale rollouts)"
+            if ratio is None
+            else "∞ (only the longest tenth has stale rollouts)"
+            if math.isinf(ratio)
+            else f"{ratio:.2f}"
+        )
+        return (
+            "Rollouts ranked by generation length (tokens) and cut into tenths; for each, "
+            "the share discarded or abandoned and the share dropped as stale. The long-rollout "
+            "starvation ratio is the stale rate of the longest tenth over that of the shortest "
+            f"(1 means no length bias): {said}."
+        )
+    if chart_id == "timeline":
+        return "Hover a bar for when it began and ended (ISO-8601 UTC)."
+    return (
+        f"Attempts running at each moment; {binned}, with the line the mean and the band "
+        "the least and most in the bin."
+    )
 
 
 def chromium() -> str | None:
@@ -233,7 +399,11 @@ def write_pngs(data: ReportData, directory: Path) -> list[Path]:
     with tempfile.TemporaryDirectory() as tmp:
         for chart_id, drawing in charts(data).items():
             page = Path(tmp) / f"{chart_id}.html"
-            page.write_text(f"<html><body style='margin:0'>{drawing}</body></html>")
+            style = f"{_STYLE}.chart{{margin:0;border:0}}"
+            page.write_text(
+                f"<html><head><style>{style}</style></head>"
+                f"<body style='margin:0'>{drawing}</body></html>"
+            )
             out = directory / f"{chart_id}.png"
             subprocess.run(
                 [
