@@ -267,7 +267,6 @@ class CostAnalysis(Analysis):
         if age is None:
             age = step_age(e.step, e.trained_version, e.group_ids, state.seals).batch_age
         b = self.watching
-        self.ledger.train(e.step, e.group_ids)
         for gid in e.group_ids:
             group = state.groups.get(gid)
             if group is not None:
@@ -306,8 +305,7 @@ class CostAnalysis(Analysis):
             b.at_risk_never_ran_again = fates.count(None)
         for group_id, group in self.state.groups.items():  # neither trained nor discarded yet
             self.ledger.settle(group_id, group)
-        last = self.state.run
-        buckets = self.ledger.resolve(last.run_id if last is not None else None)
+        buckets = self.ledger.resolve(GroupFates.of(self.state))
         report.tokens_trained = buckets.pop(TRAINED, 0)
         report.tokens_pending = buckets.pop(PENDING, 0)
         for cause, tokens in buckets.items():

@@ -8,10 +8,11 @@ both use it, so their numbers add up to each other.
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping
+import sys
+from collections.abc import Container, Iterable
 from typing import Any
 
-from .analysis.state import Group
+from .analysis.state import Group, State
 
 __all__ = ["LOST_AT_STOP", "PENDING", "ROLLED_BACK", "TRAINED", "GroupFates", "Ledger", "add"]
 
@@ -34,13 +35,11 @@ class Ledger:
 
     def __init__(self) -> None:
         self.groups: dict[str, list[Any]] = {}  # group_id → [tokens, run_id, discard reason]
-        self.steps: dict[int, Any] = {}  # step number → group_ids of its latest train.step
-        self.trained: set[str] = set()  # groups any train.step trained
 
     def touch(self, group_id: str, run_id: str, tokens: int = 0) -> None:
         record = self.groups.get(group_id)
-        if record is None:
-            self.groups[group_id] = [tokens, run_id, None]
+        if record is None:  # one string a group for every record: interned
+            self.groups[sys.intern(group_id)] = [tokens, run_id, None]
         else:
             record[0] += tokens
             record[1] = run_id
@@ -53,13 +52,8 @@ class Ledger:
         self.touch(group_id, run_id)
         self.groups[group_id][2] = reason
 
-    def train(self, step: int, group_ids: Any) -> None:
-        self.steps[step] = group_ids
-        self.trained.update(group_ids)
-
-    def resolve(self, last_run: str | None) -> dict[str, int]:
+    def resolve(self, fate: GroupFates) -> dict[str, int]:
         """Tokens by fate: ``trained``, ``pending`` and each wasted cause (the file is read)."""
-        fate = GroupFates(self.steps, self.trained, last_run)
         buckets: dict[str, int] = {}
         for group_id, (tokens, run_id, reason) in self.groups.items():
             add(buckets, fate(group_id, run_id, reason), tokens)
@@ -79,13 +73,19 @@ class GroupFates:
     :data:`LOST_AT_STOP`.  The ledger and the staleness analysis both use it."""
 
     def __init__(
-        self, steps: Mapping[int, Any], trained: Container[str], last_run: str | None
+        self, surviving: Iterable[Iterable[str]], trained: Container[str], last_run: str | None
     ) -> None:
         self.surviving: set[str] = set()
-        for group_ids in steps.values():
+        for group_ids in surviving:  # the group_ids of each step number's last train.step
             self.surviving.update(group_ids)
-        self.trained = trained
+        self.trained = trained  # groups any train.step trained
         self.last_run = last_run
+
+    @classmethod
+    def of(cls, state: State) -> GroupFates:
+        """The fates by the shared state of a pass that has read the whole file."""
+        last = state.run.run_id if state.run is not None else None
+        return cls((s.group_ids for s in state.steps.values()), state.trained, last)
 
     def __call__(self, group_id: str, run_id: str, reason: str | None) -> str:
         if group_id in self.surviving:

@@ -6,7 +6,6 @@ decile).  :mod:`otel_rollout.render.html` draws the page.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -14,11 +13,11 @@ from typing import Any
 
 from .age import StepAge, step_age
 from .analysis import Analysis, StepAges, Stop, run_events, run_file
-from .cost import LOST_AT_STOP, TRAINED, CostAnalysis, CostReport
+from .cost import CostAnalysis, CostReport
 from .reader import EventReader, Progress
-from .staleness import STALE
+from .staleness import StalenessAnalysis, StalenessReport
 
-__all__ = ["PageStaleness", "ReportData", "ReportSeries", "collect", "collect_file"]
+__all__ = ["ReportData", "ReportSeries", "collect", "collect_file"]
 
 _MAX_POINTS = 2000
 _ENDS = ("attempt.seal", "attempt.refuse", "attempt.abandon")
@@ -135,146 +134,18 @@ class ReportSeries(Analysis):
         return data
 
 
-class PageStaleness(Analysis):
-    """The staleness views of the page in little memory: each surviving step's tokens by
-    age, and the discard and stale rates by generation-length decile with the long-rollout
-    starvation ratio, equal to :class:`~otel_rollout.staleness.StalenessAnalysis`'s
-    (``staleness --json``; a test holds them equal).
-
-    That analysis keeps a record per attempt and per group for its quantiles of times and
-    prompts, which the page does not show: in the report's pass it took the 1M-line bench
-    trace from 96 to 237 MB peak.  The deciles need only each attempt's length and its
-    group's fate, so a group's lengths are held until a step trains it (its fate is then
-    settled: trained, or trained by a step a restore redid) and counted into one histogram
-    of ``(tokens, outcome)``; only groups not trained yet are held, and at the end they
-    take their fate by the ledger's rule."""
-
-    kinds = frozenset(
-        {"attempt.seal", "attempt.abandon", "group.reserve", "group.discard", "train.step"}
-    )
-
-    def __init__(self, data: ReportData) -> None:
-        self.data = data
-        self.counts: dict[tuple[int, str], int] = {}  # (tokens, outcome) → attempts
-        self.waiting: dict[str, list[Any]] = {}  # group → [run, tokens of its attempts...]
-        self.reasons: dict[str, str] = {}  # group → why it was discarded
-
-    def handlers(self) -> Mapping[str, Callable[[Any], None]]:
-        return {
-            "attempt.seal": self._seal,
-            "attempt.abandon": self._abandon,
-            "group.reserve": self._run,
-            "group.discard": self._discard,
-            "train.step": self._step,
-        }
-
-    def _count(self, tokens: int, outcome: str) -> None:
-        key = (tokens, outcome)
-        self.counts[key] = self.counts.get(key, 0) + 1
-
-    def _seal(self, e: Any) -> None:
-        held = self.waiting.get(e.group_id)
-        if held is None:
-            self.waiting[e.group_id] = [e.run_id, e.tokens]
-        else:
-            held[0] = e.run_id  # the group belongs to the last run that sealed into it
-            held.append(e.tokens)
-
-    def _abandon(self, e: Any) -> None:
-        self._count(e.tokens or 0, f"abandoned: {e.reason}")
-
-    def _run(self, e: Any) -> None:
-        held = self.waiting.get(e.group_id)
-        if held is not None:
-            held[0] = e.run_id
-
-    def _discard(self, e: Any) -> None:
-        self._run(e)
-        self.reasons[e.group_id] = e.reason
-
-    def _step(self, e: Any) -> None:
-        # Trained now: "trained" or, if a restore redoes this step, "trained by a step a
-        # restore redid"; both sort after every discard and loss, so one label keeps the
-        # deciles exact.
-        for group_id in e.group_ids:
-            held = self.waiting.pop(group_id, None)
-            if held is not None:
-                for tokens in held[1:]:
-                    self._count(tokens, TRAINED)
-
-    def result(self) -> ReportData:
-        state, data = self.state, self.data
-        for number in sorted(state.steps):
-            s = state.steps[number]
-            ages: dict[int, int] = {}
-            for group_id in s.group_ids:
-                for version, n in state.seals.get(group_id, {}).items():
-                    age = max(s.trained_version - version, 0)
-                    ages[age] = ages.get(age, 0) + n
-            data.age_tokens.append((number, ages))
-        last = state.run.run_id if state.run is not None else None
-        for group_id, held in self.waiting.items():
-            reason = self.reasons.get(group_id)
-            if reason is not None:
-                outcome = f"discarded: {reason}"
-            elif held[0] == last:
-                continue  # pending: not ranked
-            else:
-                outcome = LOST_AT_STOP
-            for tokens in held[1:]:
-                if tokens or outcome != LOST_AT_STOP:  # lost before a token: not ranked
-                    self._count(tokens, outcome)
-        data.deciles, data.starvation = deciles(self.counts)
-        return data
-
-
-def deciles(counts: Mapping[tuple[int, str], int]) -> tuple[list[dict[str, Any]], float | None]:
-    """Discard and stale rates by generation-length decile from a histogram of ``(tokens,
-    outcome)``, and the starvation ratio (stale rate of the longest tenth over the
-    shortest's): the attempts ranked by length (then outcome) and cut into ten parts."""
-    ranked = sorted((key, n) for key, n in counts.items() if n)
-    total = sum(n for _, n in ranked)
-    if total < 10:
-        return [], None
-    rows: list[dict[str, Any]] = []
-    for d in range(10):
-        lo, hi = d * total // 10, (d + 1) * total // 10
-        seen = discarded = stale = 0
-        first = last = None
-        for (tokens, outcome), n in ranked:
-            a, b = max(seen, lo), min(seen + n, hi)
-            seen += n
-            if a >= b:
-                if seen >= hi:
-                    break
-                continue
-            first = tokens if first is None else first
-            last = tokens
-            if outcome.startswith(("discarded", "abandoned")):
-                discarded += b - a
-            if outcome in (f"discarded: {STALE}", f"abandoned: {STALE}"):
-                stale += b - a
-        rows.append(
-            {
-                "decile": d + 1,
-                "min_tokens": first,
-                "max_tokens": last,
-                "attempts": hi - lo,
-                "discard_rate": discarded / (hi - lo),
-                "stale_rate": stale / (hi - lo),
-            }
-        )
-    low, high = rows[0]["stale_rate"], rows[-1]["stale_rate"]
-    if low:
-        return rows, high / low
-    return rows, (math.inf if high else None)
+def _staleness(data: ReportData, found: StalenessReport) -> None:
+    """The page's staleness views from the staleness analysis of the same pass."""
+    data.age_tokens = [(row.step, row.age_tokens) for row in found.steps]
+    data.deciles, data.starvation = found.deciles, found.starvation
 
 
 def collect(events: Iterable[Any], source: str = "") -> ReportData:
     """Read ``events`` once (dicts or typed events, file order) for the whole page."""
     data = ReportData(source)
-    analyses = [CostAnalysis(), ReportSeries(data), StepAges(), PageStaleness(data)]
-    data.cost, _, data.step_ages, _ = run_events(events, analyses)
+    analyses = [CostAnalysis(), ReportSeries(data), StepAges(), StalenessAnalysis()]
+    data.cost, _, data.step_ages, found = run_events(events, analyses)
+    _staleness(data, found)
     return data
 
 
@@ -284,6 +155,7 @@ def collect_file(
     """:func:`collect` over a trace file, read once in typed blocks."""
     source = path.path if isinstance(path, EventReader) else path
     data = ReportData(str(source))
-    analyses = [CostAnalysis(), ReportSeries(data), StepAges(), PageStaleness(data)]
-    data.cost, _, data.step_ages, _ = run_file(path, analyses, progress=progress)
+    analyses = [CostAnalysis(), ReportSeries(data), StepAges(), StalenessAnalysis()]
+    data.cost, _, data.step_ages, found = run_file(path, analyses, progress=progress)
+    _staleness(data, found)
     return data

@@ -2,19 +2,23 @@
 which prompts are wasted again and again, and how long groups wait to be trained.
 
 One analysis of the one pass.  Every attempt's fate follows its group's, by the
-same rule as the token ledger (:class:`otel_rollout.cost.GroupFates`), so the
-outcomes here add up to the ledger's buckets.  Memory: one small record per
-attempt and per group (their lengths and times, for exact quantiles).
+same rule as the token ledger (:class:`otel_rollout.ledger.GroupFates`), so the
+outcomes here add up to the ledger's buckets.  Memory: 16 bytes per sealed attempt
+(its length and its time in flight, to the millisecond) until the file ends, one
+small record per group, and a histogram per outcome; quantiles are exact.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import sys
+from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .age import seal_items
 from .analysis import Analysis, OnWarning, Stop, run_events, run_file
 from .cost import LOST_AT_STOP, PENDING, GroupFates
 from .reader import EventReader, Progress
@@ -24,6 +28,7 @@ __all__ = [
     "StalenessAnalysis",
     "StalenessReport",
     "StepStaleness",
+    "deciles",
     "quantile",
     "staleness",
     "staleness_file",
@@ -60,6 +65,15 @@ def _summary(values: list[float]) -> dict[str, float | None]:
     return {"p50": quantile(values, 0.5), "p90": quantile(values, 0.9), "max": quantile(values, 1)}
 
 
+def _hist_summary(histogram: Mapping[int, int], per: int = 1) -> dict[str, float | None]:
+    """p50 / p90 / max of a histogram, each value divided by ``per`` (ms → s)."""
+    out: dict[str, float | None] = {}
+    for name, q in (("p50", 0.5), ("p90", 0.9), ("max", 1.0)):
+        value = weighted_quantile(histogram, q)
+        out[name] = value if value is None or per == 1 else value / per
+    return out
+
+
 @dataclass
 class StepStaleness:
     """One surviving step: its tokens by age, and how long its groups waited."""
@@ -94,7 +108,8 @@ class StalenessReport:
 
     steps: list[StepStaleness] = field(default_factory=list)
     runs: dict[str, dict[int, int]] = field(default_factory=dict)  # run → tokens by age
-    outcomes: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    #: outcome → {"tokens": {length: attempts}, "ms": {milliseconds in flight: attempts}}
+    outcomes: dict[str, dict[str, dict[int, int]]] = field(default_factory=dict)
     deciles: list[dict[str, Any]] = field(default_factory=list)
     starvation: float | None = None
     prompts: dict[str, Any] = field(default_factory=dict)
@@ -111,12 +126,12 @@ class StalenessReport:
             "length_bias": {
                 "outcomes": {
                     outcome: {
-                        "attempts": len(lists["tokens"]),
-                        "tokens": int(sum(lists["tokens"])),
-                        "length_tokens": _summary(lists["tokens"]),
-                        "seconds_in_flight": _summary(lists["seconds"]),
+                        "attempts": sum(hists["tokens"].values()),
+                        "tokens": sum(t * n for t, n in hists["tokens"].items()),
+                        "length_tokens": _hist_summary(hists["tokens"]),
+                        "seconds_in_flight": _hist_summary(hists["ms"], 1000),
                     }
-                    for outcome, lists in sorted(self.outcomes.items())
+                    for outcome, hists in sorted(self.outcomes.items())
                 },
                 "deciles": self.deciles,
                 "long_rollout_starvation": self.starvation,
@@ -142,12 +157,21 @@ class StalenessAnalysis(Analysis):
 
     def __init__(self) -> None:
         self.started: dict[str, tuple[float, str]] = {}  # attempt_id → (t, run) in flight
-        self.sealed: dict[str, list[tuple[int, float]]] = {}  # group → [(tokens, seconds)]
-        self.groups: dict[str, list[Any]] = {}  # group → [prompt, reserved t, run, reason]
-        self.ended: list[tuple[str, int, float]] = []  # (outcome, tokens, seconds) known now
-        self.steps: dict[int, list[str]] = {}  # step number → its latest train.step's groups
-        self.trained: set[str] = set()
+        # One record a group: [run, discard reason, epoch, prompt_id, reserved t, sealed],
+        # its sealed attempts as (tokens, ms in flight) pairs flat in an array: 16 bytes an
+        # attempt where a list of tuples took ~150 (the 1M-line bench trace's 400k attempts
+        # held the report's pass at 237 MB peak).
+        self.groups: dict[str, list[Any]] = {}
+        self.outcomes: dict[str, dict[str, dict[int, int]]] = {}  # known at the time: histograms
         self.waits: dict[int, list[float]] = {}  # step number → its groups' waits, latest
+
+    def _count(self, outcome: str, tokens: int, ms: int) -> None:
+        hists = self.outcomes.get(outcome)
+        if hists is None:
+            hists = self.outcomes[outcome] = {"tokens": {}, "ms": {}}
+        lengths, times = hists["tokens"], hists["ms"]
+        lengths[tokens] = lengths.get(tokens, 0) + 1
+        times[ms] = times.get(ms, 0) + 1
 
     def handlers(self) -> Mapping[str, Callable[[Any], None]]:
         return {
@@ -164,51 +188,54 @@ class StalenessAnalysis(Analysis):
     def _start(self, e: Any) -> None:
         self.started[e.attempt_id] = (e.t, e.run_id)
 
-    def _flight(self, e: Any) -> float:
+    def _flight(self, e: Any) -> int:
+        """Milliseconds from the attempt's dispatch or resume to ``e``."""
         start = self.started.pop(e.attempt_id, None)
-        return max(e.t - start[0], 0.0) if start is not None else 0.0
+        return round(max(e.t - start[0], 0.0) * 1000) if start is not None else 0
+
+    def _group(self, e: Any) -> list[Any]:
+        """The group's record (made on first sight: its ID interned, one string for all)."""
+        record = self.groups.get(e.group_id)
+        if record is None:
+            record = self.groups[sys.intern(e.group_id)] = [e.run_id, None, None, None, None, None]
+        return record
 
     def _seal(self, e: Any) -> None:
-        self.sealed.setdefault(e.group_id, []).append((e.tokens, self._flight(e)))
-        info = self.groups.get(e.group_id)
-        if info is None:
-            self.groups[e.group_id] = [None, None, e.run_id, None]
-        else:
-            info[2] = e.run_id  # the group belongs to the last run that sealed into it
+        record = self._group(e)
+        record[0] = e.run_id  # the group belongs to the last run that sealed into it
+        held = record[5]
+        if held is None:
+            held = record[5] = array("q")
+        held.append(e.tokens)
+        held.append(self._flight(e))
 
     def _abandon(self, e: Any) -> None:
-        self.ended.append((f"abandoned: {e.reason}", e.tokens or 0, self._flight(e)))
+        self._count(f"abandoned: {e.reason}", e.tokens or 0, self._flight(e))
 
     def _refuse(self, e: Any) -> None:
-        self.ended.append((REFUSED, 0, self._flight(e)))
+        self._count(REFUSED, 0, self._flight(e))
 
     def _reserve(self, e: Any) -> None:
-        info = self.groups.get(e.group_id)
-        prompt = (e.epoch or 0, e.prompt_id)
-        if info is None:
-            self.groups[e.group_id] = [prompt, e.t, e.run_id, None]
-        else:  # reserved again: the latest reservation starts the wait
-            info[0], info[1], info[2] = prompt, e.t, e.run_id
+        record = self._group(e)  # reserved again: the latest reservation starts the wait
+        record[0], record[2], record[3], record[4] = e.run_id, e.epoch or 0, e.prompt_id, e.t
 
     def _discard(self, e: Any) -> None:
-        info = self.groups.setdefault(e.group_id, [None, None, e.run_id, None])
-        info[2], info[3] = e.run_id, e.reason
+        record = self._group(e)
+        record[0], record[1] = e.run_id, e.reason
 
     def _step(self, e: Any) -> None:
-        self.steps[e.step] = e.group_ids
-        self.trained.update(e.group_ids)
         waits = []
         for group_id in e.group_ids:
-            info = self.groups.get(group_id)
-            if info is not None and info[1] is not None:
-                waits.append(max(e.t - info[1], 0.0))
+            record = self.groups.get(group_id)
+            if record is not None and record[4] is not None:
+                waits.append(max(e.t - record[4], 0.0))
         self.waits[e.step] = waits
 
     def stop(self, stop: Stop) -> None:
         old = stop.old
         for attempt_id, (t, run) in list(self.started.items()):
             if run == old.run_id:  # running when its run stopped: it died with it
-                self.ended.append((LOST_AT_STOP, 0, max(old.last_t - t, 0.0)))
+                self._count(LOST_AT_STOP, 0, round(max(old.last_t - t, 0.0) * 1000))
                 del self.started[attempt_id]
 
     def result(self) -> StalenessReport:
@@ -218,7 +245,7 @@ class StalenessAnalysis(Analysis):
             s = state.steps[number]
             ages: dict[int, int] = {}
             for group_id in s.group_ids:
-                for version, n in state.seals.get(group_id, {}).items():
+                for version, n in seal_items(state.seals.get(group_id, ())):
                     age = max(s.trained_version - version, 0)
                     ages[age] = ages.get(age, 0) + n
             report.steps.append(
@@ -227,59 +254,65 @@ class StalenessAnalysis(Analysis):
             run = report.runs.setdefault(s.run_id, {})
             for age, n in ages.items():
                 run[age] = run.get(age, 0) + n
-        last = state.run.run_id if state.run is not None else None
-        fate = GroupFates(self.steps, self.trained, last)
-        attempts = list(self.ended)
+        fate = GroupFates.of(state)
         wasted_by_prompt: dict[Any, list[int]] = {}  # prompt → tokens of each wasted group
-        for group_id, sealed in self.sealed.items():
-            prompt, _, run, reason = self.groups.get(group_id, [None, None, "", None])
+        for group_id, (run, reason, epoch, prompt_id, _, sealed) in self.groups.items():
             outcome = fate(group_id, run, reason)
-            attempts.extend((outcome, tokens, seconds) for tokens, seconds in sealed)
-            if prompt is not None and outcome.startswith(("discarded", LOST_AT_STOP)):
-                wasted_by_prompt.setdefault(prompt, []).append(sum(t for t, _ in sealed))
-        for group_id, (prompt, _, run, reason) in self.groups.items():
-            if group_id not in self.sealed and prompt is not None:
-                outcome = fate(group_id, run, reason)
-                if outcome.startswith(("discarded", LOST_AT_STOP)):  # wasted before a seal
-                    wasted_by_prompt.setdefault(prompt, []).append(0)
-        for outcome, tokens, seconds in attempts:
-            lists = report.outcomes.setdefault(outcome, {"tokens": [], "seconds": []})
-            lists["tokens"].append(tokens)
-            lists["seconds"].append(seconds)
-        report.deciles, report.starvation = _deciles(attempts)
+            if sealed is not None:
+                for i in range(0, len(sealed), 2):
+                    self._count(outcome, sealed[i], sealed[i + 1])
+            wasted = outcome.startswith(("discarded", LOST_AT_STOP))
+            if wasted and prompt_id is not None:  # (groups reserved in the file only)
+                tokens = sum(sealed[::2]) if sealed is not None else 0
+                wasted_by_prompt.setdefault((epoch, prompt_id), []).append(tokens)
+        report.outcomes = self.outcomes
+        ranked = {
+            (tokens, outcome): n
+            for outcome, hists in self.outcomes.items()
+            if outcome not in (REFUSED, PENDING)
+            for tokens, n in hists["tokens"].items()
+            if tokens or outcome != LOST_AT_STOP  # a rollout lost before a token: not ranked
+        }
+        report.deciles, report.starvation = deciles(ranked)
         report.prompts = _repeats(wasted_by_prompt)
         return report
 
 
-def _is_stale(outcome: str) -> bool:
-    return outcome in (f"discarded: {STALE}", f"abandoned: {STALE}")
-
-
-def _deciles(
-    attempts: Iterable[tuple[str, int, float]],
-) -> tuple[list[dict[str, Any]], float | None]:
-    """Discard rates by generation-length decile, and the starvation ratio: the stale rate
-    of the longest tenth of rollouts over that of the shortest tenth."""
-    ranked = sorted(
-        (tokens, outcome)
-        for outcome, tokens, _ in attempts
-        if outcome not in (REFUSED, PENDING) and not (outcome == LOST_AT_STOP and tokens == 0)
-    )
-    if len(ranked) < 10:
+def deciles(counts: Mapping[tuple[int, str], int]) -> tuple[list[dict[str, Any]], float | None]:
+    """Discard and stale rates by generation-length decile from a histogram of ``(tokens,
+    outcome)``, and the starvation ratio (stale rate of the longest tenth over the
+    shortest's): the attempts ranked by length (then outcome) and cut into ten parts."""
+    ranked = sorted((key, n) for key, n in counts.items() if n)
+    total = sum(n for _, n in ranked)
+    if total < 10:
         return [], None
-    rows = []
+    stale = (f"discarded: {STALE}", f"abandoned: {STALE}")
+    rows: list[dict[str, Any]] = []
     for d in range(10):
-        part = ranked[d * len(ranked) // 10 : (d + 1) * len(ranked) // 10]
-        discarded = sum(1 for _, o in part if o.startswith(("discarded", "abandoned")))
-        stale = sum(1 for _, o in part if _is_stale(o))
+        lo, hi = d * total // 10, (d + 1) * total // 10
+        seen = wasted = stale_n = 0
+        first = last = None
+        for (tokens, outcome), n in ranked:
+            a, b = max(seen, lo), min(seen + n, hi)
+            seen += n
+            if a >= b:
+                if seen >= hi:
+                    break
+                continue
+            first = tokens if first is None else first
+            last = tokens
+            if outcome.startswith(("discarded", "abandoned")):
+                wasted += b - a
+            if outcome in stale:
+                stale_n += b - a
         rows.append(
             {
                 "decile": d + 1,
-                "min_tokens": part[0][0],
-                "max_tokens": part[-1][0],
-                "attempts": len(part),
-                "discard_rate": discarded / len(part),
-                "stale_rate": stale / len(part),
+                "min_tokens": first,
+                "max_tokens": last,
+                "attempts": hi - lo,
+                "discard_rate": wasted / (hi - lo),
+                "stale_rate": stale_n / (hi - lo),
             }
         )
     low, high = rows[0]["stale_rate"], rows[-1]["stale_rate"]

@@ -20,8 +20,8 @@ from test_report import CHARTS, load_in_chromium
 
 from otel_rollout.render import svg
 from otel_rollout.render.fields import iso_utc
-from otel_rollout.report import collect, collect_file, deciles
-from otel_rollout.staleness import staleness, staleness_file
+from otel_rollout.report import collect, collect_file
+from otel_rollout.staleness import deciles, staleness, staleness_file
 from otel_rollout.testing import TraceBuilder, synthetic_trace
 
 MB = 1024 * 1024

@@ -8,11 +8,12 @@ trains are still in :attr:`State.groups`).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..age import seal_counts
+from ..age import SealCounts, seal_counts
 
 __all__ = ["Attempt", "Group", "Key", "Run", "State", "Step", "Stop", "never_sealed"]
 
@@ -93,10 +94,12 @@ class State:
         self.run: Run | None = None
         self.attempts: dict[str, Attempt] = {}  # attempt_id → in flight
         self.groups: dict[str, Group] = {}  # group_id → in flight
-        #: Every group's latest sealed counts (group_id → {version: tokens}); a seal
-        #: without counts maps to {}.  Batch age resolves steps against these.
-        self.seals: dict[str, dict[int, int]] = {}
+        #: Every group's latest sealed counts (group_id → packed (version, tokens) pairs,
+        #: see ``age.seal_items``); a seal without counts maps to an empty one.  Batch age
+        #: resolves steps against these.
+        self.seals: dict[str, SealCounts] = {}
         self.steps: dict[int, Step] = {}  # step number → its surviving train.step
+        self.trained: set[str] = set()  # groups any train.step trained
         self.epochs: dict[str, int] = {}  # group_id → epoch, kept while attempts may name it
         self._apply: dict[str, Callable[[Any], None]] = {
             "attempt.dispatch": self._hot_dispatch(),
@@ -180,7 +183,10 @@ class State:
         if group is None:
             group = self.groups[e.group_id] = Group(e.run_id, self.epochs.get(e.group_id, 0), e.t)
         group.sealed_tokens = e.tokens
-        self.seals[e.group_id] = seal_counts(e.tokens_by_version)
+        group_id = e.group_id
+        if group_id not in self.seals:  # one string a group for every record (see engine)
+            group_id = sys.intern(group_id)
+        self.seals[group_id] = seal_counts(e.tokens_by_version)
 
     def _group_discard(self, e: Any) -> None:
         self.groups.pop(e.group_id, None)
@@ -194,6 +200,7 @@ class State:
         self.steps[e.step] = Step(
             e.step, e.trained_version, e.group_ids, e.run_id, e.t, e.batch_age
         )
+        self.trained.update(e.group_ids)
         for group_id in e.group_ids:
             groups.pop(group_id, None)
             epochs.pop(group_id, None)

@@ -7,7 +7,7 @@ counts), so rows are made once the last event is read.
 
 from __future__ import annotations
 
-from ..age import StepAge, step_age
+from ..age import StepAge, seal_items, step_age
 from .engine import Analysis
 
 __all__ = ["BATCH_AGE_EVENTS", "SealedCounts", "StepAges"]
@@ -44,4 +44,4 @@ class SealedCounts(Analysis):
     kinds = frozenset({"group.seal"})
 
     def result(self) -> dict[str, dict[int, int]]:
-        return {g: counts for g, counts in self.state.seals.items() if counts}
+        return {g: dict(seal_items(c)) for g, c in self.state.seals.items() if c}
