@@ -24,6 +24,7 @@ _COMMANDS = {
     "batch-age": "_batch_age",
     "cost": "_cost",
     "report": "_report",
+    "timeline": "_timeline",
     "validate": "_validate",
     "simulate": "_simulate",
     "demo": "_simulate",
