@@ -34,11 +34,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
+import msgspec
 import orjson
 
 from .age import call_tokens_by_version, step_age
 from .analysis import Analysis
 from .analysis.state import Run
+from .events import EVENT_TYPES
 from .reader import EventReader
 
 __all__ = [
@@ -64,6 +66,8 @@ PALETTE = (
     "startup",
 )
 PAUSED_COLOUR = "grey"
+_COLOURS = len(PALETTE)
+_RESUME: Any = EVENT_TYPES["attempt.resume"]
 
 TRAINER_TID = 1
 WEIGHTS_TID = 2
@@ -83,40 +87,71 @@ def _js(text: str) -> str:
 
 
 class TraceEventWriter:
-    """Writes a trace-event JSON object to a binary file, event by event, in chunks."""
+    """Writes a trace-event JSON object to a binary file, event by event, in chunks.
+
+    An event is a dict, a :class:`msgspec.Struct` or JSON text; each chunk is
+    encoded by msgspec in one call (in C, escaping strings as JSON wants).
+    """
 
     def __init__(self, out: BinaryIO, chunk: int = 4096) -> None:
         self.out = out
         self.events = 0
-        self._buf: list[str] = []
-        self._chunk = chunk
+        self.buffer: list[Any] = []
+        self.chunk = chunk
         self._first = True
+        self._encode = msgspec.json.Encoder().encode
         out.write(b'{"traceEvents":[\n')
 
     def add(self, event: str) -> None:
         """One event, already JSON text."""
-        buf = self._buf
+        self.add_object(msgspec.Raw(event))
+
+    def add_object(self, event: Any) -> None:
+        """One event as a dict or a struct."""
+        buf = self.buffer
         buf.append(event)
-        if len(buf) >= self._chunk:
+        if len(buf) >= self.chunk:
             self.flush()
 
-    def add_object(self, event: Mapping[str, Any]) -> None:
-        self.add(orjson.dumps(event).decode())
-
     def flush(self) -> None:
-        if not self._buf:
+        buf = self.buffer
+        if not buf:
             return
-        text = ",\n".join(self._buf)
-        self.out.write((text if self._first else ",\n" + text).encode())
+        data = memoryview(self._encode(buf))[1:-1]  # the list's items, without its brackets
+        if not self._first:
+            self.out.write(b",\n")
+        self.out.write(data)
         self._first = False
-        self.events += len(self._buf)
-        self._buf.clear()
+        self.events += len(buf)
+        buf.clear()
 
     def close(self, other: Mapping[str, Any]) -> None:
         """End the object with ``displayTimeUnit`` and ``otherData``."""
         self.flush()
         tail = {"displayTimeUnit": "ms", "otherData": dict(other)}
         self.out.write(b"\n]," + orjson.dumps(tail)[1:] + b"\n")
+
+
+class _SliceArgs(msgspec.Struct, gc=False):
+    attempt_id: str
+    group_id: str
+    outcome: str
+    tokens: int
+    version: int
+
+
+class _Slice(msgspec.Struct, gc=False):
+    """A sealed attempt no refit touched: one complete event (the commonest by far)."""
+
+    ph: str
+    name: str
+    cat: str
+    ts: int
+    dur: int
+    pid: int
+    tid: int
+    cname: str
+    args: _SliceArgs
 
 
 @dataclass
@@ -259,10 +294,11 @@ class _RunView:
         self.pid = pid
         self.start = -math.inf if window is None or window[0] is None else window[0]
         self.end = math.inf if window is None else window[1]
+        self.whole = window is None  # no cut: every attempt is drawn
         self.free: list[int] = []  # lanes free, as a heap
         self.lanes = 0
         #: attempt_id → [start t, lane, version, refits seen at start, resumed tokens, group_id]
-        self.flight: dict[str, list[Any]] = {}
+        self.flight: dict[str, tuple[Any, ...]] = {}
         #: refits of this run: (t, new version, {call_id: tokens_so_far}, duration_s, replaced)
         self.refits: list[_Refit] = []
         self.refit_base = 0  # refits dropped from the front (no attempt in flight needs them)
@@ -306,7 +342,12 @@ class Timeline(Analysis):
         self.resolution = counter_resolution
         self.source = source
         self.summary = TimelineSummary()
-        self.t0: float | None = None
+        self.t0: float | None = None  # the file's first event: time zero
+        self._t0 = 0.0
+        self._buf = writer.buffer
+        self._chunk = writer.chunk
+        self._fast = 0  # attempts drawn by the fast path
+        self._names: dict[int, str] = {}  # version → its slices' name
         self._run: Run | None = None  # the state's run this view follows
         self._rv: _RunView | None = None
         self._due = math.inf  # next time the counters may be sampled
@@ -346,7 +387,7 @@ class Timeline(Analysis):
         if run is None:
             return
         if self.t0 is None:
-            self.t0 = self.state.runs[0].first_t
+            self.t0 = self._t0 = self.state.runs[0].first_t
         if self.runs is not None and not self.runs(run.index, run.run_id):
             return
         window = None
@@ -372,7 +413,7 @@ class Timeline(Analysis):
                   "args": {"sort_index": tid}})  # fmt: skip
 
     def _us(self, t: float) -> int:
-        return round((t - self.t0) * 1e6)  # type: ignore[operator]  # set with the first run
+        return int((t - self._t0) * 1e6)
 
     def _in(self, rv: _RunView, t: float) -> bool:
         return rv.start <= t <= rv.end
@@ -440,40 +481,74 @@ class Timeline(Analysis):
               "args": {"sort_index": tid}})  # fmt: skip
         return lane
 
+    # The two commonest kinds get a fast path: a sealed attempt no refit touched is one
+    # slice, formatted from a template (a dict and orjson per attempt cost twice as much).
+
     def _dispatch(self, e: Any) -> None:
-        rv = self._view()
+        rv = self._rv
+        if self.state.run is not self._run:
+            rv = self._view()
         if rv is None:
             return
         t = e.t
         if t >= self._due:
             self._tick(rv, t)
         flight = rv.flight
-        if e.attempt_id in flight:  # dispatched again before it ended
-            self._end(rv, e.attempt_id, t, e.group_id, "dispatched again", None, None)
+        attempt_id = e.attempt_id
+        if attempt_id in flight:  # dispatched again before it ended
+            self._end(rv, attempt_id, t, e.group_id, "dispatched again", None, None)
         if rv.version is None:
             self._set_version(rv, t, e.weight_version)
-        resumed = getattr(e, "resumed_tokens", None)
-        flight[e.attempt_id] = [
-            t,
-            self._lane(rv),
-            e.weight_version,
-            rv.refit_count,
-            resumed,
-            e.group_id,
-        ]
+        free = rv.free
+        lane = heapq.heappop(free) if free else self._lane(rv)
+        resumed = e.resumed_tokens if e.__class__ is _RESUME else None
+        flight[attempt_id] = (t, lane, e.weight_version, rv.refit_count, resumed, e.group_id)
         self._dirty = True
         self._changed_at = t
         if len(rv.refits) >= rv.prune_at:
             self._prune(rv)
 
     def _seal(self, e: Any) -> None:
-        rv = self._view()
+        rv = self._rv
+        if self.state.run is not self._run:
+            rv = self._view()
         if rv is None:
             return
         t = e.t
         if t >= self._due:
             self._tick(rv, t)
-        self._end(rv, e.attempt_id, t, e.group_id, "sealed", e.tokens, e.calls)
+        attempt_id = e.attempt_id
+        record = rv.flight.pop(attempt_id, None)
+        if record is None or record[3] != rv.refit_count or not rv.whole or record[4] is not None:
+            self._end(rv, attempt_id, t, e.group_id, "sealed", e.tokens, e.calls, record)
+            return
+        self._dirty = True
+        self._changed_at = t
+        start, lane, version = record[0], record[1], record[2]
+        heapq.heappush(rv.free, lane)
+        t0 = self._t0
+        ts = int((start - t0) * 1e6)
+        end = int((t - t0) * 1e6)
+        self._fast += 1
+        name = self._names.get(version)
+        if name is None:
+            name = self._names[version] = f"v{version}"
+        buf = self._buf
+        buf.append(
+            _Slice(
+                "X",
+                name,
+                "attempt",
+                ts,
+                end - ts if end > ts else 0,
+                rv.pid,
+                _LANE_TID0 + lane,
+                PALETTE[version % _COLOURS],
+                _SliceArgs(attempt_id, e.group_id, "sealed", e.tokens, version),
+            )
+        )
+        if len(buf) >= self._chunk:
+            self.w.flush()
 
     def _abandon(self, e: Any) -> None:
         rv = self._view()
@@ -517,11 +592,16 @@ class Timeline(Analysis):
         outcome: str,
         tokens: int | None,
         calls: Sequence[Any] | None,
+        record: tuple[Any, ...] | None = None,
     ) -> None:
-        record = rv.flight.pop(attempt_id, None)
+        """Draw an attempt that ended at ``t`` (``record``: its flight record, if already
+        taken out)."""
+        if record is None:
+            record = rv.flight.pop(attempt_id, None)
         if record is None:
             self.summary.unmatched += 1
             return
+        t0 = self._t0
         self._dirty = True
         self._changed_at = t
         start, lane, version, seen, resumed, dispatched_group = record
@@ -540,7 +620,10 @@ class Timeline(Analysis):
         )
         if resumed is not None:
             base += f',"resumed_tokens":{resumed}'
-        us = self._us
+
+        def us(t: float) -> int:
+            return int((t - t0) * 1e6)
+
         if seen == rv.refit_count:  # no refit while it ran: one slice
             name = f"v{version}" if outcome == "sealed" else f"v{version} ({_js(outcome)})"
             ts = us(start)
@@ -804,4 +887,7 @@ class Timeline(Analysis):
             other["source"] = self.source
         self.w.close(other)
         self.summary.events = self.w.events
+        self.summary.attempts += self._fast
+        self.summary.segments += self._fast
+        self._fast = 0
         return self.summary
