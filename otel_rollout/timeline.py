@@ -505,8 +505,6 @@ class Timeline(Analysis):
         flight[attempt_id] = (t, lane, e.weight_version, rv.refit_count, resumed, e.group_id)
         self._dirty = True
         self._changed_at = t
-        if len(rv.refits) >= rv.prune_at:
-            self._prune(rv)
 
     def _seal(self, e: Any) -> None:
         rv = self._rv
@@ -818,6 +816,8 @@ class Timeline(Analysis):
         cuts = {c[0]: c[1] for c in e.cuts} if e.cuts else {}
         rv.refits.append((t, e.new_version, cuts, e.duration_s, e.replaced_version))
         rv.refit_count += 1
+        if len(rv.refits) >= rv.prune_at:
+            self._prune(rv)
         self._set_version(rv, t, e.new_version)
         if not self._in(rv, t):
             return
@@ -868,9 +868,9 @@ class Timeline(Analysis):
             self._counters(rv, self._changed_at)
         for attempt_id in list(rv.flight):
             self._end(rv, attempt_id, last, None, outcome, None, None)
-        if rv.opened:
+        if rv.opened and last <= rv.end:
             rv.generating = rv.sealed = 0  # nothing of the run is in flight once it stops
-            self._counters(rv, min(last, rv.end))
+            self._counters(rv, last)
         self._dirty = False
         self._due = math.inf
 
