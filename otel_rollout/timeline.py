@@ -570,9 +570,14 @@ class Timeline(Analysis):
             return
         if not self._in(rv, t):
             return
-        # Refused before it ran: an instant on the lowest free lane.
-        lane = rv.free[0] if rv.free else self._lane(rv)
-        if not rv.free or rv.free[0] != lane:
+        # Refused before it ran: an instant on the lowest free lane, or on lane 1 when every
+        # lane is busy (it takes no time, so it adds no lane: lanes stay the peak in flight).
+        if rv.free:
+            lane = rv.free[0]
+        elif rv.lanes:
+            lane = 1
+        else:
+            lane = self._lane(rv)
             heapq.heappush(rv.free, lane)
         self.summary.refused += 1
         self.w.add(

@@ -196,8 +196,8 @@ class TestKnownAnswer:
 
 class TestPacking:
     def test_random_concurrent_attempts_pack_without_overlap(self):
-        """Random overlapping attempts and refits: no lane overlaps, and the lanes used are
-        the most attempts ever in flight at once."""
+        """Random overlapping attempts, refits and refusals: no lane overlaps, and the lanes
+        used are the most attempts ever in flight at once (a refusal adds none)."""
         rng = random.Random(7)
         b = TraceBuilder(run_id="r")
         running: list[str] = []
@@ -211,6 +211,8 @@ class TestPacking:
             elif rng.random() < 0.1:
                 b.event("weights.sync", replaced_version=version, new_version=version + 1)
                 version += 1
+            elif rng.random() < 0.1:
+                attempt(b, "attempt.refuse", f"r{n}", "g", reason="capacity")
             else:
                 aid = f"a{n}"
                 running.append(aid)
@@ -220,6 +222,8 @@ class TestPacking:
         assert_valid(doc)
         lanes = {e["tid"] for e in slices(doc)}
         assert len(lanes) == peak
+        refusals = [e for e in doc["traceEvents"] if e["name"] == "refused: capacity"]
+        assert refusals and {e["tid"] for e in refusals} <= lanes
 
 
 @pytest.fixture(scope="module")
