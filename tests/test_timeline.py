@@ -299,6 +299,13 @@ class TestCommand:
         proc = cli("timeline", str(tmp_path / "none.jsonl"))
         assert proc.returncode == 2 and "no such file" in proc.stderr
 
+    def test_an_empty_file_is_an_empty_timeline(self, tmp_path, cli):
+        """A file with no events gives a valid timeline with no events, and exit 0."""
+        empty, out = tmp_path / "empty.jsonl", tmp_path / "t.json"
+        empty.write_bytes(b"")
+        assert cli("timeline", str(empty), "-o", str(out)).returncode == 0
+        assert load(out)["traceEvents"] == []
+
     def test_help_explains(self, cli):
         """--help names the viewers, the cuts and the gzip rule."""
         text = cli("timeline", "--help").stdout

@@ -104,7 +104,7 @@ def write_timeline(
     check_is_trace(reader, reader.events)
     if runs is not None and not runs.matched:
         raise CliError(f"{path}: --runs matches none of the file's {len(timeline.state.runs)} runs")
-    if not summary.runs:
+    if steps is not None and not summary.runs:
         raise CliError(f"{path}: the runs chosen have no step in --steps {_show(steps)}")
     return summary
 
