@@ -25,6 +25,7 @@ _COMMANDS = {
     "cost": "_cost",
     "report": "_report",
     "staleness": "_staleness",
+    "timeline": "_timeline",
     "validate": "_validate",
     "simulate": "_simulate",
     "demo": "_simulate",

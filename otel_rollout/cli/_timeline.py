@@ -1,0 +1,148 @@
+"""``otel-rollout timeline FILE -o timeline.json``: the whole file on one time axis, for a
+trace viewer (Perfetto UI, chrome://tracing, speedscope)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import os
+import sys
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from ..analysis import run_file
+from ..timeline import RunSelector, StepRange, Timeline, TimelineSummary, TraceEventWriter
+from ..timeline import step_windows as find_step_windows
+from ._common import CliError, check_is_trace, trace_reader, without_cyclic_gc
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "timeline",
+        help="the whole file on one time axis, for Perfetto UI, chrome://tracing or speedscope",
+        description=(
+            "Write the trace as a Chrome Trace Event Format file (a JSON object with "
+            "traceEvents) that Perfetto UI (ui.perfetto.dev), chrome://tracing and speedscope "
+            "open. One process per run, named with the run's ID (a stop is the gap between "
+            "two); a trainer thread with a slice per train.step (step, trained version, batch "
+            "age) and checkpoint instants; a weights thread with each refit (the calls it "
+            "paused); engine lanes with every attempt from its dispatch or resume to its seal, "
+            "refusal or abandonment, packed so attempts on one lane never overlap, split at "
+            "the refits that changed its weights and named and coloured by the weight version "
+            "that generated each piece; counters for the engine's weight version, attempts "
+            "and groups in flight and batch age per step. Time is microseconds from the "
+            "file's first event. Streams: events are written as they are made."
+        ),
+        epilog=(
+            "Open the file at https://ui.perfetto.dev (Open trace file), in chrome://tracing "
+            "(Load), or at https://www.speedscope.app (one profile per lane)."
+        ),
+    )
+    parser.add_argument("file", help="a rollout_trace.jsonl (or .jsonl.gz)")
+    parser.add_argument(
+        "-o",
+        "--output",
+        default="timeline.json",
+        metavar="OUT",
+        help="where to write (default timeline.json; a name ending in .gz is gzipped)",
+    )
+    parser.add_argument(
+        "--runs",
+        metavar="R[,R…]",
+        help="only these runs: positions in the file (1 is the first) or run ID prefixes "
+        "(at least 4 characters)",
+    )
+    parser.add_argument(
+        "--steps",
+        metavar="A:B",
+        help="only the time of steps A to B-1 (A: or :B leave an end open), in every run "
+        "that trained them; attempts that overlap it are drawn whole",
+    )
+    parser.add_argument(
+        "--counter-ms",
+        type=float,
+        default=10.0,
+        metavar="MS",
+        help="shortest trace time between two samples of the in-flight counters (10 ms; 0 "
+        "samples every change)",
+    )
+    parser.set_defaults(handler=run)
+
+
+def write_timeline(
+    path: str,
+    out: BinaryIO,
+    *,
+    runs: RunSelector | None = None,
+    steps: StepRange | None = None,
+    counter_ms: float = 10.0,
+    progress: bool = True,
+) -> TimelineSummary:
+    """Write the timeline of ``path`` to ``out``; raises :class:`CliError` for a file that
+    is not a trace, or a cut that keeps nothing."""
+    windows = None
+    if steps is not None:
+        found, seen = find_step_windows(
+            trace_reader(path, kinds={"train.step"}, typed=True, progress=progress), steps
+        )
+        if not found:
+            raise CliError(
+                f"{path}: no train.step in --steps {_show(steps)} ({seen:,} steps in the file)"
+            )
+        windows = found
+    reader = trace_reader(path, typed=True, progress=progress)
+    timeline = Timeline(
+        TraceEventWriter(out),
+        runs=runs,
+        windows=windows,
+        steps=steps,
+        counter_resolution=counter_ms / 1000.0,
+        source=Path(path).name,
+    )
+    [summary] = run_file(reader, [timeline])
+    check_is_trace(reader, reader.events)
+    if runs is not None and not runs.matched:
+        raise CliError(f"{path}: --runs matches none of the file's {len(timeline.state.runs)} runs")
+    if steps is not None and not summary.runs:
+        raise CliError(f"{path}: the runs chosen have no step in --steps {_show(steps)}")
+    return summary
+
+
+def _show(steps: StepRange | None) -> str:
+    if steps is None:
+        return ""
+    return steps.text()
+
+
+def run(args: argparse.Namespace) -> int:
+    without_cyclic_gc()
+    try:
+        runs = RunSelector.parse(args.runs) if args.runs is not None else None
+        steps = StepRange.parse(args.steps) if args.steps is not None else None
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    if not args.counter_ms >= 0:
+        raise CliError(f"--counter-ms {args.counter_ms}: must be a number of milliseconds ≥ 0")
+    trace_reader(args.file, progress=False)  # a missing or unreadable file: one line, first
+    out_path = Path(args.output)
+    try:
+        if args.output.endswith(".gz"):
+            raw = open(out_path, "wb")  # noqa: SIM115  # closed below, through the gzip stream
+            out: BinaryIO = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6)  # type: ignore[assignment]  # a binary file
+        else:
+            raw = out = open(out_path, "wb")  # noqa: SIM115  # closed below
+    except OSError as exc:
+        raise CliError(f"{out_path}: cannot write ({exc.strerror})") from None
+    done = False
+    try:
+        summary = write_timeline(args.file, out, runs=runs, steps=steps, counter_ms=args.counter_ms)
+        done = True
+    finally:
+        out.close()
+        raw.close()
+        if not done:
+            with contextlib.suppress(OSError):
+                os.unlink(out_path)
+    print(f"{out_path}: {summary.line()}", file=sys.stderr)
+    return 0
