@@ -62,6 +62,7 @@ def commands(path: Path, tmp: Path) -> dict[str, list[str]]:
         "otel-rollout cost --json": ["otel_rollout", "cost", "--json", p],
         "otel-rollout batch-age --json": ["otel_rollout", "batch-age", "--json", p],
         "otel-rollout staleness --json": ["otel_rollout", "staleness", "--json", p],
+        "otel-rollout timeline": ["otel_rollout", "timeline", p, "-o", str(tmp / "t.json")],
         "otel-rollout report": ["otel_rollout", "report", p, "-o", str(tmp / "report.html")],
         "otel-rollout validate": ["otel_rollout", "validate", p],
     }

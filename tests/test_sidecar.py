@@ -475,19 +475,27 @@ class TestSpanCounts:
         with OtlpReceiver("grpc", fail=True) as rx:
             env = metrics_env(port) | {
                 "OTEL_EXPORTER_OTLP_ENDPOINT": rx.endpoint,
-                "OTEL_ROLLOUT_SIDECAR_LINGER": "8",
+                "OTEL_ROLLOUT_SIDECAR_LINGER": "30",
             }
             run = subprocess.run(
                 simulate_command(tmp_path, "--speed", "5", "--steps", "3"),
                 env=env, capture_output=True, text=True, timeout=120,
             )  # fmt: skip
             assert run.returncode == 0, run.stderr
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-                text = r.read().decode()
-        counts = {
-            line.split('outcome="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line.startswith("rollout_spans_total{")
-        }
+
+            def scrape() -> dict[str, float]:
+                url = f"http://127.0.0.1:{port}/metrics"
+                with urllib.request.urlopen(url, timeout=5) as r:
+                    lines = r.read().decode().splitlines()
+                return {
+                    line.split('outcome="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+                    for line in lines
+                    if line.startswith("rollout_spans_total{")
+                }
+
+            # The last batches may still be between retries when the trainer has exited.
+            wait_for(lambda: (c := scrape())["not_sent"] + c["sent"] == c["made"], 25,
+                     "every span to be sent or refused")  # fmt: skip
+            counts = scrape()
         assert counts["made"] > 0 and counts["sent"] == 0
         assert counts["not_sent"] == counts["made"]
