@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -11,7 +12,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -85,20 +86,28 @@ def get(url: str) -> dict:
         return json.loads(response.read())
 
 
-@pytest.fixture
-def prometheus(tmp_path):
-    """A Prometheus server scraping 127.0.0.1:<target> every second; yields (query, target)."""
+def prometheus_binary() -> str:
+    """The prometheus server's path; a skip (a failure under CI) when it is not installed."""
     binary = shutil.which("prometheus")
     if binary is None:
         message = f"the prometheus server is not installed ({INSTALL})"
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
+    return binary
+
+
+@contextlib.contextmanager
+def running_prometheus(tmp_path, extra_config: str = "") -> Iterator[tuple[str, int]]:
+    """A real Prometheus scraping 127.0.0.1:<target> and evaluating rules every second, ready
+    and with its target active; yields (its base URL, the target port)."""
+    binary = prometheus_binary()
     target, web = free_port(), free_port()
     config = tmp_path / "prometheus.yml"
     config.write_text(
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        "scrape_configs:\n  - job_name: otel-rollout\n"
+        + extra_config
+        + "scrape_configs:\n  - job_name: otel-rollout\n"
         f"    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
     )
     server = subprocess.Popen(
@@ -128,12 +137,19 @@ def prometheus(tmp_path):
             if time.monotonic() > deadline:
                 raise RuntimeError("prometheus never activated the scrape target")
             time.sleep(0.2)
+        yield base, target
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+@pytest.fixture
+def prometheus(tmp_path):
+    """A Prometheus server scraping 127.0.0.1:<target> every second; yields (query, target)."""
+    with running_prometheus(tmp_path) as (base, target):
 
         def query(expr: str) -> list:
             url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
             return get(url)["data"]["result"]
 
         yield query, target
-    finally:
-        server.terminate()
-        server.wait(10)

@@ -9,13 +9,12 @@ import re
 import shutil
 import subprocess
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import INSTALL, free_port, get, start_simulation
+from conftest import INSTALL, get, running_prometheus, start_simulation
 
 from otel_rollout.reader import read_events
 
@@ -199,50 +198,14 @@ def fast_rules(target: Path) -> None:
 def alerting_prometheus(tmp_path) -> Iterator[tuple[Callable[[], dict[str, dict]], int]]:
     """A Prometheus server scraping 127.0.0.1:<target> every second and evaluating the rules
     every second; yields (rule states by name, target port)."""
-    server_binary = binary("prometheus")
-    target, web = free_port(), free_port()
     fast_rules(tmp_path / "alerts.yml")
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        "rule_files: [alerts.yml]\n"
-        "scrape_configs:\n  - job_name: otel-rollout\n"
-        f"    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
-    )
-    server = subprocess.Popen(
-        [
-            server_binary,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{web}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{web}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"{base}/-/ready", timeout=1)
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("prometheus did not become ready") from None
-                time.sleep(0.2)
-        while not get(f"{base}/api/v1/targets")["data"]["activeTargets"]:
-            if time.monotonic() > deadline:
-                raise RuntimeError("prometheus never activated the scrape target")
-            time.sleep(0.2)
+    with running_prometheus(tmp_path, "rule_files: [alerts.yml]\n") as (base, target):
 
         def states() -> dict[str, dict]:
             groups = get(f"{base}/api/v1/rules")["data"]["groups"]
             return {r["name"]: r for g in groups for r in g["rules"]}
 
         yield states, target
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 def wait_for(
