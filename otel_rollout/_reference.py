@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from .analysis import BATCH_AGE_EVENTS, StepAges, run_file
-from .reader import EventReader
+from .reader import EventReader, unreadable
 
 __all__ = ["print_batch_ages", "setup_logging"]
 
@@ -41,17 +40,6 @@ def setup_logging() -> None:
     logger.propagate = False
 
 
-def _unreadable(path: Path) -> str | None:
-    """Why ``path`` cannot be read as a trace file, or None."""
-    if not path.exists():
-        return f"{path}: no such file"
-    if path.is_dir():
-        return f"{path}: is a directory (pass the rollout_trace.jsonl inside it)"
-    if not os.access(path, os.R_OK):
-        return f"{path}: permission denied"
-    return None
-
-
 def print_batch_ages(argv: Sequence[str] | None = None) -> int:
     """Print ``step batch_age`` for every step that has one; the exit code (0, or 2)."""
     parser = argparse.ArgumentParser(
@@ -62,7 +50,7 @@ def print_batch_ages(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     setup_logging()
     path = Path(args.file)
-    problem = _unreadable(path)
+    problem = unreadable(path)
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         return 2

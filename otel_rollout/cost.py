@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .age import step_age
 from .analysis import Analysis, OnWarning, Stop, run_events, run_file
 from .analysis.state import Key
 from .ledger import LOST_AT_STOP, PENDING, ROLLED_BACK, TRAINED, GroupFates, Ledger, add
@@ -100,27 +99,6 @@ class CostReport:
             "wasted": dict(sorted(self.waste.items())),
             "pending": self.tokens_pending,
         }
-
-    def ledger_rows(self) -> list[tuple[str, int, str]]:
-        """The ledger as (label, tokens, share of generated) rows, for the text and HTML
-        reports alike; the share of a zero total is ``n/a``."""
-        rows = [("trained", self.tokens_trained)]
-        rows += [(f"wasted: {cause}", n) for cause, n in sorted(self.waste.items())]
-        rows.append(("pending (sealed or running when the file ends)", self.tokens_pending))
-        total = self.tokens_generated
-        out = [("generated", total, "100.0%" if total else "n/a")]
-        out += [(label, n, f"{n / total:.1%}" if total else "n/a") for label, n in rows]
-        return out
-
-    def balance(self) -> str:
-        """The ledger's identity in numbers, and whether it holds."""
-        wasted = sum(self.waste.values())
-        holds = self.tokens_generated == self.tokens_trained + wasted + self.tokens_pending
-        return (
-            f"{self.tokens_generated:,} generated = {self.tokens_trained:,} trained + "
-            f"{wasted:,} wasted + {self.tokens_pending:,} pending"
-            + ("" if holds else "  (DOES NOT BALANCE: please report this)")
-        )
 
     def report(self) -> dict[str, Any]:
         return {
@@ -265,7 +243,7 @@ class CostAnalysis(Analysis):
         state = self.state
         age = e.batch_age
         if age is None:
-            age = step_age(e.step, e.trained_version, e.group_ids, state.seals).batch_age
+            age = state.step_age(e).batch_age
         b = self.watching
         for gid in e.group_ids:
             group = state.groups.get(gid)

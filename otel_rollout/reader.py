@@ -35,7 +35,7 @@ from ._blocks import (
     numbered as number_lines,
 )
 
-__all__ = ["EventReader", "EventStream", "read_events"]
+__all__ = ["EventReader", "EventStream", "read_events", "unreadable"]
 
 _log = logging.getLogger("otel_rollout")
 
@@ -362,6 +362,18 @@ def _run_of(line: bytes) -> str | None:
     """The ``run_id`` a line's text names, if it got that far."""
     match = _RUN_ID.search(line, 0, 400)
     return match.group(1).decode("utf-8", "replace") if match else None
+
+
+def unreadable(path: Path) -> str | None:
+    """Why a file someone named cannot be read as a trace (missing, a directory, not
+    readable), in one line, or None."""
+    if not path.exists():
+        return f"{path}: no such file"
+    if path.is_dir():
+        return f"{path}: is a directory (pass the rollout_trace.jsonl inside it)"
+    if not os.access(path, os.R_OK):
+        return f"{path}: permission denied"
+    return None
 
 
 class EventStream(Iterator[dict[str, Any]]):

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .age import StepAge, step_age
+from .age import StepAge
 from .analysis import Analysis, StepAges, Stop, run_events, run_file
 from .cost import CostAnalysis, CostReport
 from .reader import EventReader, Progress
@@ -119,7 +119,7 @@ class ReportSeries(Analysis):
             self._point(e.t, len(running) - 1)
 
     def _step(self, e: Any) -> None:
-        row = step_age(e.step, e.trained_version, e.group_ids, self.state.seals)
+        row = self.state.step_age(e)
         age = e.batch_age if e.batch_age is not None else row.batch_age
         if age is not None:
             self.data.steps.append((e.t, e.run_id, e.step, float(age)))

@@ -37,7 +37,7 @@ from typing import Any, BinaryIO
 import msgspec
 import orjson
 
-from .age import call_tokens_by_version, step_age
+from .age import call_tokens_by_version
 from .analysis import Analysis
 from .analysis.state import Run
 from .events import EVENT_TYPES
@@ -373,6 +373,14 @@ class Timeline(Analysis):
 
     # Runs: a handler that sees a new state.run closes the view of the old one first.
 
+    def _at(self, e: Any) -> _RunView | None:
+        """The view of ``e``'s run (None if the cut leaves it out), its counters brought up
+        to ``e``'s time: what every handler starts with."""
+        rv = self._rv if self.state.run is self._run else self._view()
+        if rv is not None and e.t >= self._due:
+            self._tick(rv, e.t)
+        return rv
+
     def _view(self) -> _RunView | None:
         run = self.state.run
         if run is not self._run:
@@ -485,14 +493,10 @@ class Timeline(Analysis):
     # slice, formatted from a template (a dict and orjson per attempt cost twice as much).
 
     def _dispatch(self, e: Any) -> None:
-        rv = self._rv
-        if self.state.run is not self._run:
-            rv = self._view()
+        rv = self._at(e)
         if rv is None:
             return
         t = e.t
-        if t >= self._due:
-            self._tick(rv, t)
         flight = rv.flight
         attempt_id = e.attempt_id
         if attempt_id in flight:  # dispatched again before it ended
@@ -507,14 +511,10 @@ class Timeline(Analysis):
         self._changed_at = t
 
     def _seal(self, e: Any) -> None:
-        rv = self._rv
-        if self.state.run is not self._run:
-            rv = self._view()
+        rv = self._at(e)
         if rv is None:
             return
         t = e.t
-        if t >= self._due:
-            self._tick(rv, t)
         attempt_id = e.attempt_id
         record = rv.flight.pop(attempt_id, None)
         if record is None or record[3] != rv.refit_count or not rv.whole or record[4] is not None:
@@ -549,21 +549,17 @@ class Timeline(Analysis):
             self.w.flush()
 
     def _abandon(self, e: Any) -> None:
-        rv = self._view()
+        rv = self._at(e)
         if rv is None:
             return
         t = e.t
-        if t >= self._due:
-            self._tick(rv, t)
         self._end(rv, e.attempt_id, t, e.group_id, f"abandoned: {e.reason}", e.tokens, None)
 
     def _refuse(self, e: Any) -> None:
-        rv = self._view()
+        rv = self._at(e)
         if rv is None:
             return
         t = e.t
-        if t >= self._due:
-            self._tick(rv, t)
         outcome = f"refused: {e.reason}"
         if e.attempt_id in rv.flight:
             self._end(rv, e.attempt_id, t, e.group_id, outcome, 0, None)
@@ -725,12 +721,10 @@ class Timeline(Analysis):
     # Groups.
 
     def _group_reserve(self, e: Any) -> None:
-        rv = self._view()
+        rv = self._at(e)
         if rv is None:
             return
         t = e.t
-        if t >= self._due:
-            self._tick(rv, t)
         if rv.version is None:
             self._set_version(rv, t, e.weight_version)
         if e.group_id not in rv.groups:
@@ -739,12 +733,10 @@ class Timeline(Analysis):
             self._changed(t)
 
     def _group_seal(self, e: Any) -> None:
-        rv = self._view()
+        rv = self._at(e)
         if rv is None:
             return
         t = e.t
-        if t >= self._due:
-            self._tick(rv, t)
         sealed = rv.groups.get(e.group_id)
         if sealed is not True:
             if sealed is False:
@@ -764,24 +756,20 @@ class Timeline(Analysis):
         return True
 
     def _group_discard(self, e: Any) -> None:
-        rv = self._view()
+        rv = self._at(e)
         if rv is None:
             return
         t = e.t
-        if t >= self._due:
-            self._tick(rv, t)
         if self._drop_group(rv, e.group_id):
             self._changed(t)
 
     # The trainer and the weights.
 
     def _train_step(self, e: Any) -> None:
-        rv = self._view()
+        rv = self._at(e)
         if rv is None:
             return
         t = e.t
-        if t >= self._due:
-            self._tick(rv, t)
         previous = rv.last_step_t
         rv.last_step_t = t
         changed = False
@@ -794,7 +782,7 @@ class Timeline(Analysis):
         start = _step_start(t, e.duration_s, previous)
         if start is None:
             start = rv.run.first_t
-        age = step_age(e.step, e.trained_version, e.group_ids, self.state.seals).batch_age
+        age = self.state.step_age(e).batch_age
         args = {
             "step": e.step,
             "trained_version": e.trained_version,
@@ -812,12 +800,10 @@ class Timeline(Analysis):
             self._counter(rv, t, "batch age", "batch_age", age)
 
     def _sync(self, e: Any) -> None:
-        rv = self._view()
+        rv = self._at(e)
         if rv is None:
             return
         t = e.t
-        if t >= self._due:
-            self._tick(rv, t)
         cuts = {c[0]: c[1] for c in e.cuts} if e.cuts else {}
         rv.refits.append((t, e.new_version, cuts, e.duration_s, e.replaced_version))
         rv.refit_count += 1

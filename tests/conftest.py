@@ -86,22 +86,22 @@ def get(url: str) -> dict:
         return json.loads(response.read())
 
 
-def prometheus_binary() -> str:
-    """The prometheus server's path; a skip (a failure under CI) when it is not installed."""
-    binary = shutil.which("prometheus")
-    if binary is None:
-        message = f"the prometheus server is not installed ({INSTALL})"
+def installed(name: str) -> str:
+    """The path of a Prometheus tool; a skip (a failure under CI) when it is not installed."""
+    path = shutil.which(name)
+    if path is None:
+        message = f"{name} is not installed ({INSTALL})"
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
-    return binary
+    return path
 
 
 @contextlib.contextmanager
 def running_prometheus(tmp_path, extra_config: str = "") -> Iterator[tuple[str, int]]:
     """A real Prometheus scraping 127.0.0.1:<target> and evaluating rules every second, ready
     and with its target active; yields (its base URL, the target port)."""
-    binary = prometheus_binary()
+    binary = installed("prometheus")
     target, web = free_port(), free_port()
     config = tmp_path / "prometheus.yml"
     config.write_text(

@@ -4,7 +4,6 @@ stack's Prometheus loads them, and a real Prometheus evaluates them against simu
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import INSTALL, get, running_prometheus, start_simulation
+from conftest import get, installed, running_prometheus, start_simulation
 
 from otel_rollout.reader import read_events
 
@@ -32,17 +31,6 @@ ALERTS = {
 }
 
 
-def binary(name: str) -> str:
-    """The path of a Prometheus tool; a skip (a failure under CI) when it is not installed."""
-    path = shutil.which(name)
-    if path is None:
-        message = f"{name} is not installed ({INSTALL})"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return path
-
-
 def rules(path: Path = RULES) -> list[dict]:
     return [rule for group in yaml.safe_load(path.read_text())["groups"] for rule in group["rules"]]
 
@@ -51,7 +39,7 @@ class TestRuleFile:
     def test_promtool_checks_the_rules(self):
         """`promtool check rules` accepts the file: every expression parses."""
         proc = subprocess.run(
-            [binary("promtool"), "check", "rules", str(RULES)], capture_output=True, text=True
+            [installed("promtool"), "check", "rules", str(RULES)], capture_output=True, text=True
         )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert f"SUCCESS: {len(rules())} rules found" in proc.stdout
@@ -59,7 +47,7 @@ class TestRuleFile:
     def test_promtool_unit_tests_pass(self):
         """`promtool test rules` passes: each rule fires when it should and only then."""
         proc = subprocess.run(
-            [binary("promtool"), "test", "rules", RULE_TESTS.name],
+            [installed("promtool"), "test", "rules", RULE_TESTS.name],
             cwd=DASHBOARDS,
             capture_output=True,
             text=True,
@@ -110,7 +98,7 @@ class TestStackLoadsTheRules:
         shutil.copy(COLLECTOR / "prometheus.yml", tmp_path / "prometheus.yml")
         shutil.copy(RULES, tmp_path / rule_file)
         proc = subprocess.run(
-            [binary("promtool"), "check", "config", str(tmp_path / "prometheus.yml")],
+            [installed("promtool"), "check", "config", str(tmp_path / "prometheus.yml")],
             capture_output=True,
             text=True,
         )
@@ -144,7 +132,7 @@ class TestReadmeRouting:
         config.write_text(alerting + "rule_files: [alerts.yml]\nscrape_configs: []\n")
         shutil.copy(RULES, tmp_path / "alerts.yml")
         proc = subprocess.run(
-            [binary("promtool"), "check", "config", str(config)], capture_output=True, text=True
+            [installed("promtool"), "check", "config", str(config)], capture_output=True, text=True
         )
         assert proc.returncode == 0, proc.stdout + proc.stderr
 

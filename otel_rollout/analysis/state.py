@@ -13,7 +13,7 @@ from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..age import SealCounts, seal_counts
+from ..age import SealCounts, StepAge, seal_counts, step_age
 
 __all__ = ["Attempt", "Group", "Key", "Run", "State", "Step", "Stop", "never_sealed"]
 
@@ -100,6 +100,8 @@ class State:
         self.seals: dict[str, SealCounts] = {}
         self.steps: dict[int, Step] = {}  # step number → its surviving train.step
         self.trained: set[str] = set()  # groups any train.step trained
+        self._age_of: Any = None  # the train.step whose StepAge is in _age
+        self._age: Any = None
         self.epochs: dict[str, int] = {}  # group_id → epoch, kept while attempts may name it
         self._apply: dict[str, Callable[[Any], None]] = {
             "attempt.dispatch": self._hot_dispatch(),
@@ -113,6 +115,14 @@ class State:
             "train.step": self._train_step,
             "checkpoint.publish": self._checkpoint_publish,
         }
+
+    def step_age(self, e: Any) -> StepAge:
+        """The batch age of the ``train.step`` ``e`` by the seals read so far: made once per
+        step, however many analyses of the pass ask for it."""
+        if self._age_of is not e:
+            self._age_of = e
+            self._age = step_age(e.step, e.trained_version, e.group_ids, self.seals)
+        return self._age
 
     def appliers(self) -> dict[str, Callable[[Any], None]]:
         """The state's own handler of each kind it follows."""

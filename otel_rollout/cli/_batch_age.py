@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import Any
 
 from ..age import StepAge
 from ..analysis import BATCH_AGE_EVENTS, StepAges, run_file
-from ..render.fields import PLAIN, Style
+from ..render.fields import Style
 from ..render.records import step_record
 from ..render.text import write_steps
 from ._common import add_full_ids, check_is_trace, print_json, trace_reader, without_cyclic_gc
@@ -46,11 +45,6 @@ def load_steps(path: str, *, progress: bool = True) -> list[StepAge]:
     return rows
 
 
-def write_table(rows: Sequence[StepAge], out: TextIO, style: Style = PLAIN) -> None:
-    """The human-readable table, one line per step, and a line of totals."""
-    write_steps(rows, out, style)
-
-
 def run(args: argparse.Namespace) -> int:
     without_cyclic_gc()
     rows = load_steps(args.file)
@@ -58,5 +52,5 @@ def run(args: argparse.Namespace) -> int:
         for row in rows:
             print_json(step_record(row))
     else:
-        write_table(rows, sys.stdout, Style(full_ids=args.full_ids))
+        write_steps(rows, sys.stdout, Style(full_ids=args.full_ids))
     return 0

@@ -14,7 +14,7 @@ import msgspec
 import orjson
 
 from ..exporters import jsonable
-from ..reader import EventReader, OnSkip
+from ..reader import EventReader, OnSkip, unreadable
 
 
 class CliError(Exception):
@@ -37,12 +37,9 @@ def trace_reader(
 ) -> EventReader:
     """An :class:`EventReader` for a file the user named, checked up front."""
     p = Path(path)
-    if not p.exists():
-        raise CliError(f"{p}: no such file")
-    if p.is_dir():
-        raise CliError(f"{p}: is a directory (pass the rollout_trace.jsonl inside it)")
-    if not os.access(p, os.R_OK):
-        raise CliError(f"{p}: permission denied")
+    problem = unreadable(p)
+    if problem is not None:
+        raise CliError(problem)
     report = terminal_progress(f"reading {p.name}") if progress else None
     return EventReader(
         p,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, TextIO
+from typing import Any
 
 from ..cost import CostReport, analyze_file
-from ..render.fields import PLAIN, Style
+from ..render.fields import Style
 from ..render.records import cost_record
 from ..render.text import write_cost
 from ._common import add_full_ids, check_is_trace, print_json, trace_reader, without_cyclic_gc
@@ -46,16 +46,11 @@ def load_report(path: str, window: int = 5, progress: bool = True) -> CostReport
     return report
 
 
-def write_report(report: CostReport, out: TextIO, style: Style = PLAIN) -> None:
-    """The human-readable report."""
-    write_cost(report, out, style)
-
-
 def run(args: argparse.Namespace) -> int:
     without_cyclic_gc()
     report = load_report(args.file, args.window)
     if args.json:
         print_json(cost_record(report), indent=True)
     else:
-        write_report(report, sys.stdout, Style(full_ids=args.full_ids))
+        write_cost(report, sys.stdout, Style(full_ids=args.full_ids))
     return 0

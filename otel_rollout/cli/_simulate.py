@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from ..constants import ROLLOUT_TRACE_FILENAME
+from ..render.text import write_cost, write_steps
 from ..simulate import SimConfig, SimStatus, simulate
 from . import _demo
-from ._batch_age import load_steps, write_table
+from ._batch_age import load_steps
 from ._common import CliError
-from ._cost import load_report, write_report
+from ._cost import load_report
 
 _DEFAULTS = SimConfig()
 
@@ -190,7 +191,7 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         progress.done()
     rows = load_steps(str(result.trace_path), progress=False)
-    write_table(rows, sys.stdout)
+    write_steps(rows, sys.stdout)
     offline = {r.step: r.batch_age for r in rows if r.batch_age is not None}
     live = result.live_batch_age  # this run's steps; earlier runs' steps are theirs
     agree = all(offline.get(step) == age for step, age in live.items())
@@ -243,5 +244,5 @@ def run_demo(args: argparse.Namespace) -> int:
     _demo.run_demo(args, options)
     trace = str(args.log_dir / ROLLOUT_TRACE_FILENAME)
     print("\nWhat the stops cost (otel-rollout cost " + trace + "):\n")
-    write_report(load_report(trace, progress=False), sys.stdout)
+    write_cost(load_report(trace, progress=False), sys.stdout)
     return 0

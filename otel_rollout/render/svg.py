@@ -18,6 +18,9 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
+from typing import cast
+
+from ..staleness import quantile
 
 W, H = 860, 290
 LEGEND_W = 165  # the legend column, right of the plot
@@ -252,10 +255,6 @@ class Bin:
     k_last: int | None
 
 
-def _quantile(values: Sequence[float], q: float) -> float:
-    return values[max(0, math.ceil(q * len(values)) - 1)]
-
-
 def bin_points(
     points: Sequence[tuple[float, float, int | None]], edges: Sequence[float], band: str
 ) -> list[Bin]:
@@ -271,9 +270,9 @@ def bin_points(
         if not chunk:
             continue
         ys = sorted(p[1] for p in chunk)
-        low, high = (
-            (_quantile(ys, 0.1), _quantile(ys, 0.9)) if band == "p10-p90" else (ys[0], ys[-1])
-        )
+        low, high = ys[0], ys[-1]
+        if band == "p10-p90":  # the chunk is not empty, so neither quantile is None
+            low, high = cast(float, quantile(ys, 0.1)), cast(float, quantile(ys, 0.9))
         out.append(Bin(lo, hi, len(ys), sum(ys) / len(ys), low, high, chunk[0][2], chunk[-1][2]))
     return out
 
