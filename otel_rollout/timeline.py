@@ -460,7 +460,7 @@ class Timeline(Analysis):
     def _counter(self, rv: _RunView, t: float, name: str, series: str, value: Any) -> None:
         self.w.add(
             f'{{"ph":"C","name":"{name}","ts":{self._us(t)},"pid":{rv.pid},"tid":0,'
-            f'"args":{{"{series}":{orjson.dumps(value).decode()}}}}}'
+            f'"args":{{"{series}":{msgspec.json.encode(value).decode()}}}}}'
         )
 
     def _changed(self, t: float) -> None:

@@ -109,7 +109,8 @@ class TestCommands:
     @FUZZ
     @given(data=st.data())
     def test_analysis_commands_end_in_a_result_or_a_clear_error(self, tmp_path, valid_events, data):
-        """validate, batch-age and cost on a hostile file: exit 0, 1 or 2, no traceback."""
+        """validate, batch-age, cost, staleness and timeline on a hostile file: exit 0, 1 or
+        2, no traceback."""
         path = tmp_path / "t.jsonl"
         path.write_bytes(data.draw(hostile_file(valid_events)))
         for argv in (
@@ -118,6 +119,9 @@ class TestCommands:
             ["batch-age", "--json", str(path)],
             ["cost", str(path)],
             ["cost", "--json", str(path)],
+            ["staleness", str(path)],
+            ["staleness", "--json", str(path)],
+            ["timeline", str(path), "-o", str(tmp_path / "t.json")],
         ):
             code, err = command(*argv)
             assert code in (0, 1, 2) and "Traceback" not in err

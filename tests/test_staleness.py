@@ -169,3 +169,20 @@ def test_age_histograms_equal_a_naive_model(events):
         expected.append((number, {str(a): n for a, n in sorted(hist.items())}))
     got = [(s["step"], s["age_tokens"]) for s in staleness(events).record()["steps"]]
     assert got == expected
+
+
+def test_versions_past_any_float_print_whole(tmp_path, cli):
+    """Weight versions of 10**309 (valid: integers ≥ 0) give staleness and timeline output,
+    not a traceback; the age prints as the whole integer."""
+    big = 10**309
+    b = TraceBuilder(run_id="A")
+    b.sealed_group("g1", {0: 10})
+    b.event("weights.sync", replaced_version=0, new_version=big)
+    b.step(0, big, ["g1"])
+    path = tmp_path / "t.jsonl"  # json, not orjson: it writes integers past 64 bits whole
+    path.write_text("".join(json.dumps(e) + "\n" for e in b.events))
+    text = cli("staleness", str(path))
+    assert text.returncode == 0 and "Traceback" not in text.stderr
+    assert f"{big:,}" in text.stdout
+    timeline = cli("timeline", str(path), "-o", str(tmp_path / "t.json"))
+    assert timeline.returncode == 0 and "Traceback" not in timeline.stderr

@@ -88,11 +88,16 @@ def write_cost(report: CostReport, out: TextIO, style: Style = PLAIN) -> None:
     out.write(f"  {ledger_balance(report.ledger)}\n")
 
 
+def _number(value: Any, digits: int) -> str:
+    """A quantile as text: an integer whole (past what a float holds, too), a float rounded."""
+    if value is None:
+        return "-"
+    return f"{value:,}" if isinstance(value, int) else f"{value:,.{digits}f}"
+
+
 def _q(summary: dict[str, Any], unit: str = "", digits: int = 0) -> str:
     """``p50 / p90 / max`` of a summary, with a unit."""
-    parts = [
-        "-" if summary[k] is None else f"{summary[k]:,.{digits}f}" for k in ("p50", "p90", "max")
-    ]
+    parts = [_number(summary[k], digits) for k in ("p50", "p90", "max")]
     return " / ".join(parts) + unit
 
 
