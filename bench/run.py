@@ -90,11 +90,48 @@ def latency(
     return result
 
 
+# Writes a checkpoint-sized file beside the log, over and over, each time synced: the
+# writeback a trainer's checkpoint puts in front of the log's own fdatasync.
+_CHECKPOINT_WRITER = """
+import os, sys
+block = os.urandom(4 << 20)
+while True:
+    with open(sys.argv[1], "wb") as f:
+        for _ in range(32):  # 128 MB
+            f.write(block)
+        f.flush()
+        os.fsync(f.fileno())
+"""
+
+
+class BesideACheckpoint:
+    """A trace whose log shares its disk with a checkpoint being written (from its start to
+    its close), as a trainer's does while it saves."""
+
+    def __init__(self, path: Path, fsync_interval: float) -> None:
+        self._writer = subprocess.Popen(
+            [sys.executable, "-c", _CHECKPOINT_WRITER, str(path.with_suffix(".ckpt"))]
+        )
+        time.sleep(0.5)  # its writeback is under way
+        self._trace = RolloutTrace(path, fsync_interval=fsync_interval)
+        self.emit = self._trace.emit
+
+    def close(self) -> None:
+        self._trace.close()
+        self._writer.kill()
+        self._writer.wait()
+
+
 #: The log synced to disk at the default interval, beside never and after every batch.
 FSYNC_DESIGNS: dict[str, Writer] = {
     "fsync off": lambda p: RolloutTrace(p, fsync_interval=math.inf),
     "fsync every 1 s (default)": lambda p: RolloutTrace(p, fsync_interval=1.0),
     "fsync every batch": lambda p: RolloutTrace(p, fsync_interval=0.0),
+}
+#: The same, with a checkpoint being written beside the log (latency only).
+FSYNC_BESIDE_A_CHECKPOINT: dict[str, Writer] = {
+    "fsync every 1 s, a checkpoint being written": lambda p: BesideACheckpoint(p, 1.0),
+    "fsync every batch, a checkpoint being written": lambda p: BesideACheckpoint(p, 0.0),
 }
 
 
@@ -107,6 +144,9 @@ def fsync_cost(events: list[tuple[str, dict[str, Any]]], seconds: float) -> dict
         return {
             "drain_events_per_s": measure.throughput(tmp, FSYNC_DESIGNS, events, reps=5),
             "latency_ms_10000": latency(tmp, 10000, seconds, FSYNC_DESIGNS),
+            "latency_beside_a_checkpoint_ms_10000": latency(
+                tmp, 10000, seconds, FSYNC_BESIDE_A_CHECKPOINT
+            ),
         }
 
 
@@ -116,6 +156,8 @@ def _fsync_table(f: dict[str, dict[str, Any]]) -> None:
     for name in FSYNC_DESIGNS:
         drain, (_, p99) = f["drain_events_per_s"][name], f["latency_ms_10000"][name]
         print(f"| {name} | {drain:,.0f} | {p99:.2f} |")
+    for name, (_, p99) in f.get("latency_beside_a_checkpoint_ms_10000", {}).items():
+        print(f"| {name} | | {p99:.2f} |")
 
 
 def reader_throughput(path: Path, lines: int) -> dict[str, float]:

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from queue import Empty, SimpleQueue
+from queue import SimpleQueue
 from typing import Any
 
 from .exporters import CountingExporter, EventExporter, LogExporter
@@ -73,10 +73,6 @@ _OWN = ("written", "dropped_queue_full", "dropped_write_error", "renamed_fields"
 _COUNTED = frozenset(f.name for f in fields(PipelineStats)) - {*_OWN, "other", "queued"}
 
 
-class _DurableFlush(threading.Event):
-    """A flush marker whose waiter is released once what came before it is on disk."""
-
-
 class Pipeline:
     """Moves events from the caller's queue to the exporters on a daemon thread."""
 
@@ -97,7 +93,6 @@ class Pipeline:
         #: Every other exporter (spans, metrics, the caller's own): given each batch once.
         self.exporters: list[EventExporter] = list(exporters)
         self._failed_exporters: set[int] = set()  # id() of exporters whose failure was logged
-        self._sync_due: float | None = None  # time.monotonic() when the log's next sync is due
         self._capacity = capacity
         self._max_batch = max_batch
         self._retry_max_delay = retry_max_delay
@@ -163,10 +158,11 @@ class Pipeline:
 
     def flush(self, timeout: float | None = None, *, durable: bool = False) -> bool:
         """Wait until every event queued before this call has been exported (and, if
-        ``durable``, synced to disk by the writer thread)."""
+        ``durable``, made durable by the log: the wait for the disk is the caller's, so the
+        writer thread goes on writing meanwhile)."""
         if self._closed or not self._thread.is_alive():
             return not self._thread.is_alive()
-        done = _DurableFlush() if durable else threading.Event()
+        done = threading.Event()
         with self._lock:
             self._markers_put += 1
         self._queue.put(done)
@@ -176,7 +172,14 @@ class Pipeline:
                 return False
             if deadline is not None and time.monotonic() > deadline:
                 return False
-        return True
+        if not durable:
+            return True
+        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        try:
+            return self.log.durable(left)
+        except Exception:
+            _log.exception("otel-rollout: making the log durable failed")
+            return False
 
     def close(self, timeout: float) -> bool:
         """Export everything queued, shut the exporters down and stop the thread.
@@ -224,17 +227,8 @@ class Pipeline:
         stopping = False
         max_batch = self._max_batch
         while not stopping:
-            waiting = qsize()
-            if waiting:
-                items = [get() for _ in range(min(waiting, max_batch))]
-            elif self._sync_due is None:
-                items = [get()]
-            else:  # idle with lines not yet on disk: wake when their sync falls due
-                try:
-                    items = [get(timeout=max(self._sync_due - time.monotonic(), 0.0))]
-                except Empty:
-                    self._sync()
-                    continue
+            waiting = qsize()  # blocks in get() only when idle
+            items = [get() for _ in range(min(waiting, max_batch))] if waiting else [get()]
             try:
                 stopping = self._process(items)
             except Exception:  # never let the writer die: the controller relies on it
@@ -278,21 +272,9 @@ class Pipeline:
         self._markers_taken += len(waiters) + stopping
         if events:
             self._export(events)
-        if any(waiter.__class__ is _DurableFlush for waiter in waiters):
-            self._sync(force=True)
         for waiter in waiters:
             waiter.set()
         return stopping
-
-    def _sync(self, force: bool = False) -> None:
-        """Let the log sync what it wrote if that is due (or ``force``d); note when next."""
-        try:
-            wait = self.log.sync(force)
-        except Exception:
-            self.stats.exporter_errors += 1
-            _log.exception("otel-rollout: syncing the log failed")
-            wait = None
-        self._sync_due = None if wait is None else time.monotonic() + wait
 
     def _rename_reserved(self, t: float, name: str, fields: dict[str, Any]) -> dict[str, Any]:
         """Reserved keys win; a caller's ``t``/``run_id``/``event`` field is kept as ``t_`` etc."""
@@ -320,7 +302,6 @@ class Pipeline:
             self.stats.dropped_write_error += lost_ours
             ours -= lost_ours
         self.stats.written += ours
-        self._sync()
         for exporter in self.exporters:
             self._call(exporter, events)
 

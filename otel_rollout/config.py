@@ -119,13 +119,14 @@ def _interval(raw: str) -> float:
 # (dirty_expire_centisecs): a node crash or power loss takes up to that much of the log.
 # One fdatasync a second costs the drain rate nothing measurable (219k events/s against 217k
 # without, median of 5 runs of bench/run.py --only fsync on this 2-core VM's ext4) and moves
-# the emit→file p99 at 10k events/s from 0.39 ms to 1.2 ms (the lines written while a sync
-# holds the writer); syncing every batch costs 4% of the drain and a 7.8 ms p99.
+# the emit→file p99 at 10k events/s from 0.39 ms to 1.2 ms while the sync ran on the writer
+# thread (the lines written while a sync held the writer), and syncing every batch cost 4% of
+# the drain and a 7.8 ms p99.  The sync now runs on a syncer thread of its own (_syncer.py).
 FSYNC_INTERVAL: Setting[float] = Setting(
     "OTEL_ROLLOUT_FSYNC_INTERVAL",
     1.0,
     _interval,
-    "Most seconds between syncs of the log to disk (fdatasync, on the writer thread); "
+    "Most seconds between syncs of the log to disk (fdatasync, on a syncer thread); "
     "0: after every batch; 'off': never on its own. Checkpoint lines are synced at once.",
     zero_ok=True,
 )

@@ -17,7 +17,6 @@ import logging
 import math
 import os
 import stat
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePath
 from typing import Any, Protocol, runtime_checkable
@@ -25,6 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 import orjson
 
 from . import config
+from ._syncer import Syncer
 
 __all__ = [
     "COUNTS",
@@ -87,16 +87,15 @@ class LogExporter(EventExporter, Protocol):
     gives up; what is finally lost is reported as ``trace.dropped``.  Other
     exporters are never retried: their losses are theirs to count.
 
-    *Durability.* The pipeline calls :meth:`sync` on its own thread after
-    every export to the log, when the time it returned falls due, and with
-    ``force`` for ``flush(durable=True)``.
+    *Durability.* The log makes what it wrote durable on its own schedule,
+    without holding up ``export``; ``flush(durable=True)`` calls :meth:`durable`
+    on the caller's thread once everything before it is exported.
     """
 
     retryable: bool
 
-    def sync(self, force: bool = False) -> float | None:
-        """Make what was written durable if due (always, with ``force``); the seconds until
-        a sync falls due, or None when nothing written waits for one."""
+    def durable(self, timeout: float | None) -> bool:
+        """Wait until everything exported so far is durable; False if ``timeout`` passed."""
         ...
 
 
@@ -178,10 +177,11 @@ class JsonlExporter:
 
     The file is opened unbuffered in append mode: every batch is in the
     kernel's page cache when ``export`` returns, which survives ``kill -9``.
-    :meth:`sync` makes it durable against a node crash too: ``fdatasync`` at
-    most every ``fsync_interval`` seconds (``OTEL_ROLLOUT_FSYNC_INTERVAL``;
-    0: after every batch; ``off`` or infinity: never on its own) and at once after a
-    ``checkpoint.publish`` or ``checkpoint.restore`` line.
+    A syncer thread (:class:`~otel_rollout._syncer.Syncer`) makes it durable
+    against a node crash too: ``fdatasync`` at most every ``fsync_interval``
+    seconds (``OTEL_ROLLOUT_FSYNC_INTERVAL``; 0: after every batch; ``off`` or
+    infinity: never on its own) and at once after a ``checkpoint.publish`` or
+    ``checkpoint.restore`` line, while the writer goes on writing.
 
     A file whose last line was torn (its writer was killed mid-line) is
     ended with a newline when opened, so the fragment stays one torn line
@@ -209,16 +209,14 @@ class JsonlExporter:
         self.retryable = False
         #: Events written as their kind and time only, because they were too big.
         self.oversized = 0
-        #: Times the file was synced to disk.
-        self.syncs = 0
         self._fd: int | None = self._open()
         self._failing = False
         self._cut = False  # the last failed write left part of a line in the file
-        self._unsynced = False  # lines written since the last sync
-        self._sync_now = False  # ...among them a checkpoint line
-        self._synced_at = -math.inf  # time.monotonic() of the last sync
-        self._sync_failed = False
         self._end_torn_line()
+        #: Syncs the file while the writer goes on; None for a pipe or device (nothing to sync).
+        self._syncer = (
+            Syncer(self._fd, self.fsync_interval, str(path)) if self._regular_file else None
+        )
 
     def _open(self) -> int:
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -251,6 +249,11 @@ class JsonlExporter:
         """Events written short because they were too big, and syncs to disk."""
         return {"events_oversized": self.oversized, "log_syncs": self.syncs}
 
+    @property
+    def syncs(self) -> int:
+        """Times the file was synced to disk."""
+        return self._syncer.syncs if self._syncer is not None else 0
+
     def _encode(self, events: Sequence[dict[str, Any]]) -> list[bytes]:
         dumps = orjson.dumps
         limit = self.max_event_bytes
@@ -281,10 +284,8 @@ class JsonlExporter:
         data = b"".join(lines)
         lead = b"\n" if self._cut else b""
         done, error = self._write(lead + data)
-        if done:
-            self._unsynced = True
-            if not self._sync_now and any(kind in data for kind in _SYNC_AT_ONCE):
-                self._sync_now = True
+        if done and self._syncer is not None:
+            self._syncer.wrote(urgent=any(kind in data for kind in _SYNC_AT_ONCE))
         if error is None:
             self._cut = False
             if self._failing:
@@ -334,36 +335,19 @@ class JsonlExporter:
         _log.warning("otel-rollout: %s was deleted; writing to a new file there", self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = self._open()
-        os.close(self._fd)
+        old = self._syncer.replace(fd) if self._syncer is not None else self._fd
+        os.close(old)
         self._fd, self._cut = fd, False
 
-    def sync(self, force: bool = False) -> float | None:
-        """``fdatasync`` the file if a sync is due, or ``force``d; the seconds until one falls
-        due, or None when nothing written waits for one.  Called on the writer thread only."""
-        if not self._unsynced or self._fd is None or not self._regular_file:
-            return None
-        interval = self.fsync_interval
-        if not force:
-            if interval == math.inf:  # "off": only when asked to
-                return None
-            now = time.monotonic()
-            if not self._sync_now and now - self._synced_at < interval:
-                return self._synced_at + interval - now
-        self._unsynced = self._sync_now = False
-        try:
-            os.fdatasync(self._fd)
-        except OSError as exc:
-            if not self._sync_failed:
-                _log.error("otel-rollout: cannot sync %s to disk: %s", self.path, exc)
-            self._sync_failed = True
-        else:
-            self.syncs += 1
-            self._sync_failed = False
-        self._synced_at = time.monotonic()
-        return None
+    def durable(self, timeout: float | None) -> bool:
+        """Wait until every line written so far is synced to disk (see :class:`LogExporter`)."""
+        if self._syncer is None or self._fd is None:
+            return True
+        return self._syncer.durable(timeout)
 
     def shutdown(self) -> None:
         if self._fd is not None:
-            self.sync(force=self.fsync_interval != math.inf)
+            if self._syncer is not None:
+                self._syncer.close(final_sync=self.fsync_interval != math.inf)
             os.close(self._fd)
             self._fd = None
