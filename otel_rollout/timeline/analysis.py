@@ -1,30 +1,5 @@
-"""The whole trace file on one time axis, as a Chrome Trace Event Format file.
-
-One analysis of the pass (:class:`Timeline`) writes a JSON object with
-``traceEvents`` that Perfetto UI, ``chrome://tracing`` and speedscope open:
-
-* one process (``pid``) per run, named by a ``process_name`` metadata event
-  holding the run's ID; a stop is the gap between two runs;
-* a ``trainer`` thread: a slice per ``train.step`` (``args.step``,
-  ``args.trained_version``, ``args.batch_age`` from the same arithmetic as
-  ``batch-age``, with the seals read so far), and checkpoint publish/restore
-  instants; a ``weights`` thread: each refit (``weights.sync``) as an instant
-  with the calls it paused, and as a slice when it logs its ``duration_s``;
-* engine lanes (threads ``engine lane N``): every attempt as slices from its
-  dispatch or resume to its seal, refusal or abandonment, packed greedily
-  onto the lowest free lane so that attempts on one lane never overlap.  An
-  attempt is split at the refits that changed the weights under it, each
-  segment named and coloured (``cname``) by the weight version that
-  generated its tokens; a refit that paused one of its calls shows as a
-  ``paused`` segment when the refit logged its duration;
-* counters: the engine's weight version, attempts in flight, groups in
-  flight (generating and sealed), batch age per step.
-
-Time is microseconds from the file's first event, the same for a file cut
-down with ``runs`` or ``steps``.  Events are written as they are made; memory
-is the attempts in flight, the refits they span and the lanes, plus the
-shared state of the pass.
-"""
+"""The timeline as one analysis of the pass: every event drawn as it is read (see the
+package's docstring for what is drawn)."""
 
 from __future__ import annotations
 
@@ -32,235 +7,31 @@ import heapq
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any
 
 import msgspec
-import orjson
 
-from .age import call_tokens_by_version
-from .analysis import Analysis
-from .analysis.state import Run
-from .events import EVENT_TYPES
-from .reader import EventReader
-
-__all__ = [
-    "PALETTE",
-    "RunSelector",
-    "StepRange",
-    "Timeline",
-    "TimelineSummary",
-    "TraceEventWriter",
-    "step_windows",
-]
-
-#: Reserved colour names of the trace viewer (``cname``); weight version v gets
-#: ``PALETTE[v % len(PALETTE)]``, so neighbouring versions differ.
-PALETTE = (
-    "rail_response",
-    "rail_load",
-    "rail_idle",
-    "rail_animation",
-    "cq_build_passed",
-    "heap_dump_child_node_arrow",
-    "olive",
-    "startup",
+from ..age import call_tokens_by_version
+from ..analysis import Analysis
+from ..analysis.state import Run
+from ..events import EVENT_TYPES
+from .cuts import StepRange, Window, step_start
+from .runs import RunView
+from .trace_events import (
+    LANE_TID0,
+    PAUSED_COLOUR,
+    TRAINER_TID,
+    WEIGHTS_TID,
+    Slice,
+    SliceArgs,
+    TraceEventWriter,
+    colour_of,
+    js,
 )
-PAUSED_COLOUR = "grey"
-_COLOURS = len(PALETTE)
+
+__all__ = ["Timeline", "TimelineSummary"]
+
 _RESUME: Any = EVENT_TYPES["attempt.resume"]
-
-TRAINER_TID = 1
-WEIGHTS_TID = 2
-_LANE_TID0 = 2  # engine lane n (from 1) is thread 2 + n
-
-#: A refit: (t, new version, {call_id: tokens_so_far}, duration_s, replaced version).
-_Refit = tuple[float, int, dict[Any, int], float | None, int]
-#: A run's window in seconds: (start or None for the run's start, end).
-Window = tuple[float | None, float]
-
-
-def _js(text: str) -> str:
-    """``text`` escaped for a JSON string's inside (IDs rarely need it)."""
-    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
-        return text
-    return orjson.dumps(text).decode()[1:-1]
-
-
-class TraceEventWriter:
-    """Writes a trace-event JSON object to a binary file, event by event, in chunks.
-
-    An event is a dict, a :class:`msgspec.Struct` or JSON text; each chunk is
-    encoded by msgspec in one call (in C, escaping strings as JSON wants).
-    """
-
-    def __init__(self, out: BinaryIO, chunk: int = 4096) -> None:
-        self.out = out
-        self.events = 0
-        self.buffer: list[Any] = []
-        self.chunk = chunk
-        self._first = True
-        self._encode = msgspec.json.Encoder().encode
-        out.write(b'{"traceEvents":[\n')
-
-    def add(self, event: str) -> None:
-        """One event, already JSON text."""
-        self.add_object(msgspec.Raw(event))
-
-    def add_object(self, event: Any) -> None:
-        """One event as a dict or a struct."""
-        buf = self.buffer
-        buf.append(event)
-        if len(buf) >= self.chunk:
-            self.flush()
-
-    def flush(self) -> None:
-        buf = self.buffer
-        if not buf:
-            return
-        data = memoryview(self._encode(buf))[1:-1]  # the list's items, without its brackets
-        if not self._first:
-            self.out.write(b",\n")
-        self.out.write(data)
-        self._first = False
-        self.events += len(buf)
-        buf.clear()
-
-    def close(self, other: Mapping[str, Any]) -> None:
-        """End the object with ``displayTimeUnit`` and ``otherData``."""
-        self.flush()
-        tail = {"displayTimeUnit": "ms", "otherData": dict(other)}
-        self.out.write(b"\n]," + orjson.dumps(tail)[1:] + b"\n")
-
-
-class _SliceArgs(msgspec.Struct, gc=False):
-    attempt_id: str
-    group_id: str
-    outcome: str
-    tokens: int
-    version: int
-
-
-class _Slice(msgspec.Struct, gc=False):
-    """A sealed attempt no refit touched: one complete event (the commonest by far)."""
-
-    ph: str
-    name: str
-    cat: str
-    ts: int
-    dur: int
-    pid: int
-    tid: int
-    cname: str
-    args: _SliceArgs
-
-
-@dataclass
-class StepRange:
-    """Steps ``first`` ≤ step < ``stop`` (either end open when None)."""
-
-    first: int | None = None
-    stop: int | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> StepRange:
-        """``A:B``, ``A:`` or ``:B``; raises ``ValueError`` with a sentence."""
-        if text.count(":") != 1:
-            raise ValueError(f"--steps {text!r}: expected A:B (steps A to B-1), A: or :B")
-        a, b = (part.strip() for part in text.split(":"))
-        try:
-            first = int(a) if a else None
-            stop = int(b) if b else None
-        except ValueError:
-            raise ValueError(f"--steps {text!r}: A and B must be step numbers") from None
-        if (first is not None and first < 0) or (stop is not None and stop < 0):
-            raise ValueError(f"--steps {text!r}: step numbers are ≥ 0")
-        if first is not None and stop is not None and stop <= first:
-            raise ValueError(f"--steps {text!r}: B must be greater than A (B is excluded)")
-        return cls(first, stop)
-
-    def __contains__(self, step: int) -> bool:
-        first, stop = self.first, self.stop
-        return (first is None or step >= first) and (stop is None or step < stop)
-
-    def text(self) -> str:
-        """As given on the command line (``A:B``)."""
-        first, stop = self.first, self.stop
-        return f"{'' if first is None else first}:{'' if stop is None else stop}"
-
-
-class RunSelector:
-    """Which runs to draw: positions in the file (1 is its first run) or run ID prefixes.
-
-    An item of up to three digits is a position; anything else is a prefix of
-    a run ID (at least four characters, so a position is never read as one).
-    """
-
-    def __init__(self, items: Sequence[str]) -> None:
-        self.positions: set[int] = set()
-        self.prefixes: list[str] = []
-        for item in items:
-            item = item.strip()
-            if item.isdigit() and len(item) <= 3:
-                if int(item) < 1:
-                    raise ValueError(f"--runs {item}: run positions start at 1")
-                self.positions.add(int(item))
-            elif len(item) >= 4:
-                self.prefixes.append(item)
-            else:
-                raise ValueError(
-                    f"--runs {item!r}: give a run's position (1, 2, …) or at least 4 "
-                    "characters of its ID"
-                )
-        self.matched: set[str] = set()
-
-    @classmethod
-    def parse(cls, text: str) -> RunSelector:
-        return cls([part for part in text.split(",") if part.strip()])
-
-    def __call__(self, index: int, run_id: str) -> bool:
-        hit = index + 1 in self.positions or any(run_id.startswith(p) for p in self.prefixes)
-        if hit:
-            self.matched.add(run_id)
-        return hit
-
-
-def step_windows(reader: EventReader, steps: StepRange) -> tuple[dict[str, Window], int]:
-    """Each run's window of time for ``steps``: from the start of its first step in range
-    (the previous step's end, or ``t - duration_s``, or the run's start) to the end of its
-    last; and how many ``train.step`` lines the file has.  ``reader`` must be unstarted
-    and typed (made with ``kinds={"train.step"}``, it skips every other line unparsed)."""
-    windows: dict[str, list[float | None]] = {}
-    previous: dict[str, float] = {}
-    seen = 0
-    for batch in reader.batches():
-        for e in batch:
-            if e.event != "train.step":
-                continue
-            seen += 1
-            run_id = e.run_id
-            prev = previous.get(run_id)
-            previous[run_id] = e.t
-            if e.step not in steps:
-                continue
-            start = _step_start(e.t, e.duration_s, prev)
-            window = windows.get(run_id)
-            if window is None:
-                windows[run_id] = [start, e.t]
-            else:
-                if start is None or (window[0] is not None and start < window[0]):
-                    window[0] = start
-                if e.t > (window[1] or -math.inf):
-                    window[1] = e.t
-    return {r: (w[0], float(w[1] or 0.0)) for r, w in windows.items()}, seen
-
-
-def _step_start(t: float, duration: float | None, previous: float | None) -> float | None:
-    """Where a step's slice begins: ``t - duration_s`` (not before the previous step's
-    end), else the previous step's end, else None (the run's start)."""
-    if duration is not None:
-        start = t - duration
-        return start if previous is None or start >= previous else previous
-    return previous
 
 
 @dataclass
@@ -284,33 +55,6 @@ class TimelineSummary:
             f"({self.segments:,} slices, up to {lanes} lanes), {self.refused:,} refusals, "
             f"{self.steps:,} steps, {self.refits:,} refits: {self.events:,} trace events"
         )
-
-
-class _RunView:
-    """One drawn run: its process, lanes, attempts in flight and the refits they span."""
-
-    def __init__(self, run: Run, pid: int, window: Window | None) -> None:
-        self.run = run
-        self.pid = pid
-        self.start = -math.inf if window is None or window[0] is None else window[0]
-        self.end = math.inf if window is None else window[1]
-        self.whole = window is None  # no cut: every attempt is drawn
-        self.free: list[int] = []  # lanes free, as a heap
-        self.lanes = 0
-        #: attempt_id → [start t, lane, version, refits seen at start, resumed tokens, group_id]
-        self.flight: dict[str, tuple[Any, ...]] = {}
-        #: refits of this run: (t, new version, {call_id: tokens_so_far}, duration_s, replaced)
-        self.refits: list[_Refit] = []
-        self.refit_base = 0  # refits dropped from the front (no attempt in flight needs them)
-        self.refit_count = 0
-        self.prune_at = 64
-        self.version: int | None = None
-        self.last_step_t: float | None = None
-        self.last_sync_end = -math.inf
-        self.groups: dict[str, bool] = {}  # group_id → sealed
-        self.generating = 0
-        self.sealed = 0
-        self.opened = False
 
 
 class Timeline(Analysis):
@@ -349,7 +93,7 @@ class Timeline(Analysis):
         self._fast = 0  # attempts drawn by the fast path
         self._names: dict[int, str] = {}  # version → its slices' name
         self._run: Run | None = None  # the state's run this view follows
-        self._rv: _RunView | None = None
+        self._rv: RunView | None = None
         self._due = math.inf  # next time the counters may be sampled
         self._dirty = False
         self._changed_at = 0.0
@@ -373,7 +117,7 @@ class Timeline(Analysis):
 
     # Runs: a handler that sees a new state.run closes the view of the old one first.
 
-    def _at(self, e: Any) -> _RunView | None:
+    def _at(self, e: Any) -> RunView | None:
         """The view of ``e``'s run (None if the cut leaves it out), its counters brought up
         to ``e``'s time: what every handler starts with."""
         rv = self._rv if self.state.run is self._run else self._view()
@@ -381,7 +125,7 @@ class Timeline(Analysis):
             self._tick(rv, e.t)
         return rv
 
-    def _view(self) -> _RunView | None:
+    def _view(self) -> RunView | None:
         run = self.state.run
         if run is not self._run:
             self._switch(run)
@@ -403,7 +147,7 @@ class Timeline(Analysis):
             window = self.windows.get(run.run_id)
             if window is None:
                 return
-        rv = self._rv = _RunView(run, run.index + 1, window)
+        rv = self._rv = RunView(run, run.index + 1, window)
         self.summary.runs.append(run.run_id)
         self._due = rv.start
         self._dirty = False
@@ -423,13 +167,13 @@ class Timeline(Analysis):
     def _us(self, t: float) -> int:
         return int((t - self._t0) * 1e6)
 
-    def _in(self, rv: _RunView, t: float) -> bool:
+    def _in(self, rv: RunView, t: float) -> bool:
         return rv.start <= t <= rv.end
 
     # Counters: sampled at most once per resolution, each sample the value after the
     # last change before it (taken before the change that is due).
 
-    def _tick(self, rv: _RunView, t: float) -> None:
+    def _tick(self, rv: RunView, t: float) -> None:
         """Called before a counter changes at ``t`` once ``t`` reaches ``self._due``."""
         if not rv.opened:
             if t < rv.start:
@@ -446,7 +190,7 @@ class Timeline(Analysis):
             self._dirty = False
         self._due = t + self.resolution if t <= rv.end else math.inf
 
-    def _counters(self, rv: _RunView, t: float) -> None:
+    def _counters(self, rv: RunView, t: float) -> None:
         ts, pid = self._us(t), rv.pid
         self.w.add(
             f'{{"ph":"C","name":"attempts in flight","ts":{ts},"pid":{pid},"tid":0,'
@@ -457,7 +201,7 @@ class Timeline(Analysis):
             f'"args":{{"generating":{rv.generating},"sealed":{rv.sealed}}}}}'
         )
 
-    def _counter(self, rv: _RunView, t: float, name: str, series: str, value: Any) -> None:
+    def _counter(self, rv: RunView, t: float, name: str, series: str, value: Any) -> None:
         self.w.add(
             f'{{"ph":"C","name":"{name}","ts":{self._us(t)},"pid":{rv.pid},"tid":0,'
             f'"args":{{"{series}":{msgspec.json.encode(value).decode()}}}}}'
@@ -467,7 +211,7 @@ class Timeline(Analysis):
         self._dirty = True
         self._changed_at = t
 
-    def _set_version(self, rv: _RunView, t: float, version: int) -> None:
+    def _set_version(self, rv: RunView, t: float, version: int) -> None:
         if version != rv.version:
             rv.version = version
             if rv.opened and self._in(rv, t):
@@ -475,13 +219,13 @@ class Timeline(Analysis):
 
     # Attempts.
 
-    def _lane(self, rv: _RunView) -> int:
+    def _lane(self, rv: RunView) -> int:
         if rv.free:
             return heapq.heappop(rv.free)
         rv.lanes += 1
         lane = rv.lanes
         self.summary.lanes[rv.run.run_id] = lane
-        tid = _LANE_TID0 + lane
+        tid = LANE_TID0 + lane
         meta = self.w.add_object
         meta({"ph": "M", "name": "thread_name", "pid": rv.pid, "tid": tid, "ts": 0,
               "args": {"name": f"engine lane {lane}"}})  # fmt: skip
@@ -533,16 +277,16 @@ class Timeline(Analysis):
             name = self._names[version] = f"v{version}"
         buf = self._buf
         buf.append(
-            _Slice(
+            Slice(
                 "X",
                 name,
                 "attempt",
                 ts,
                 end - ts if end > ts else 0,
                 rv.pid,
-                _LANE_TID0 + lane,
-                PALETTE[version % _COLOURS],
-                _SliceArgs(attempt_id, e.group_id, "sealed", e.tokens, version),
+                LANE_TID0 + lane,
+                colour_of(version),
+                SliceArgs(attempt_id, e.group_id, "sealed", e.tokens, version),
             )
         )
         if len(buf) >= self._chunk:
@@ -577,14 +321,14 @@ class Timeline(Analysis):
             heapq.heappush(rv.free, lane)
         self.summary.refused += 1
         self.w.add(
-            f'{{"ph":"i","s":"t","name":"{_js(outcome)}","cat":"attempt","ts":{self._us(t)},'
-            f'"pid":{rv.pid},"tid":{_LANE_TID0 + lane},"args":{{"attempt_id":"{_js(e.attempt_id)}",'
-            f'"group_id":"{_js(e.group_id)}","outcome":"{_js(outcome)}","tokens":0}}}}'
+            f'{{"ph":"i","s":"t","name":"{js(outcome)}","cat":"attempt","ts":{self._us(t)},'
+            f'"pid":{rv.pid},"tid":{LANE_TID0 + lane},"args":{{"attempt_id":"{js(e.attempt_id)}",'
+            f'"group_id":"{js(e.group_id)}","outcome":"{js(outcome)}","tokens":0}}}}'
         )
 
     def _end(
         self,
-        rv: _RunView,
+        rv: RunView,
         attempt_id: str,
         t: float,
         group_id: str | None,
@@ -612,10 +356,10 @@ class Timeline(Analysis):
         if t < start:
             t = start
         self.summary.attempts += 1
-        pid, tid = rv.pid, _LANE_TID0 + lane
+        pid, tid = rv.pid, LANE_TID0 + lane
         base = (
-            f'"attempt_id":"{_js(attempt_id)}","group_id":"{_js(group_id or "")}",'
-            f'"outcome":"{_js(outcome)}","tokens":{"null" if tokens is None else tokens}'
+            f'"attempt_id":"{js(attempt_id)}","group_id":"{js(group_id or "")}",'
+            f'"outcome":"{js(outcome)}","tokens":{"null" if tokens is None else tokens}'
         )
         if resumed is not None:
             base += f',"resumed_tokens":{resumed}'
@@ -624,7 +368,7 @@ class Timeline(Analysis):
             return int((t - t0) * 1e6)
 
         if seen == rv.refit_count:  # no refit while it ran: one slice
-            name = f"v{version}" if outcome == "sealed" else f"v{version} ({_js(outcome)})"
+            name = f"v{version}" if outcome == "sealed" else f"v{version} ({js(outcome)})"
             ts = us(start)
             self.summary.segments += 1
             self.w.add(
@@ -633,12 +377,12 @@ class Timeline(Analysis):
                 f'"args":{{{base},"version":{version}}}}}'
             )
             return
-        segments = self._segments(rv, start, t, version, seen, calls)
+        segments = rv.segments(start, t, version, seen, calls)
         counts: dict[int, int] | None = None
         if calls:
             counts = {}
             for call_id, began, n in calls:
-                cuts = [(r[2][call_id], r[1]) for r in self._spanned(rv, seen) if call_id in r[2]]
+                cuts = [(r[2][call_id], r[1]) for r in rv.spanned(seen) if call_id in r[2]]
                 for v, k in call_tokens_by_version(began, n, cuts).items():
                     counts[v] = counts.get(v, 0) + k
         last = len(segments) - 1
@@ -650,7 +394,7 @@ class Timeline(Analysis):
                 colour = PAUSED_COLOUR
                 extra = f'"paused_by_refit":{v}'
             else:
-                name = f"v{v}" if outcome == "sealed" or i < last else f"v{v} ({_js(outcome)})"
+                name = f"v{v}" if outcome == "sealed" or i < last else f"v{v} ({js(outcome)})"
                 colour = self._colour(v)
                 extra = f'"version":{v}'
                 if counts is not None:
@@ -661,62 +405,11 @@ class Timeline(Analysis):
                 f'"segment":"{i + 1}/{last + 1}"}}}}'
             )
 
-    def _spanned(self, rv: _RunView, seen: int) -> list[_Refit]:
-        """The refits of this run since the attempt began."""
-        return rv.refits[seen - rv.refit_base :]
-
-    def _segments(
-        self,
-        rv: _RunView,
-        start: float,
-        end: float,
-        version: int,
-        seen: int,
-        calls: Sequence[Any] | None,
-    ) -> list[tuple[float, float, int, int | None]]:
-        """``(from, to, version, None)`` pieces of an attempt, and ``(from, to, new version,
-        replaced version)`` for a pause; split at each refit that changed its weights: with
-        its calls known, a refit that cut one of them or installed a version one began on;
-        without, every refit while it ran."""
-        refits = self._spanned(rv, seen)
-        if calls:
-            ids = {c[0] for c in calls}
-            began = {c[1] for c in calls}
-            splits = [r for r in refits if r[1] in began or not ids.isdisjoint(r[2])]
-        else:
-            ids = set()
-            splits = refits
-        pieces: list[tuple[float, float, int, int | None]] = []
-        at, v = start, version
-        for t, new, cuts, duration, replaced in splits:
-            t = min(max(t, at), end)
-            if duration and cuts and not ids.isdisjoint(cuts):
-                pause = max(at, t - duration)
-                if pause > at:
-                    pieces.append((at, pause, v, None))
-                if t > pause:
-                    pieces.append((pause, t, new, replaced))
-            elif t > at:
-                pieces.append((at, t, v, None))
-            at, v = t, new
-        if end > at or not pieces:
-            pieces.append((at, end, v, None))
-        return pieces
-
     def _colour(self, version: int) -> str:
         colour = self._versions.get(version)
         if colour is None:
-            colour = self._versions[version] = PALETTE[version % len(PALETTE)]
+            colour = self._versions[version] = colour_of(version)
         return colour
-
-    def _prune(self, rv: _RunView) -> None:
-        """Forget the refits no attempt in flight began before."""
-        oldest = min((r[3] for r in rv.flight.values()), default=rv.refit_count)
-        drop = oldest - rv.refit_base
-        if drop > 0:
-            del rv.refits[:drop]
-            rv.refit_base = oldest
-        rv.prune_at = 2 * len(rv.refits) + 64
 
     # Groups.
 
@@ -745,7 +438,7 @@ class Timeline(Analysis):
             rv.groups[e.group_id] = True
             self._changed(t)
 
-    def _drop_group(self, rv: _RunView, group_id: str) -> bool:
+    def _drop_group(self, rv: RunView, group_id: str) -> bool:
         sealed = rv.groups.pop(group_id, None)
         if sealed is None:
             return False
@@ -779,7 +472,7 @@ class Timeline(Analysis):
             self._changed(t)
         if (self.steps is not None and e.step not in self.steps) or not self._in(rv, t):
             return
-        start = _step_start(t, e.duration_s, previous)
+        start = step_start(t, e.duration_s, previous)
         if start is None:
             start = rv.run.first_t
         age = self.state.step_age(e).batch_age
@@ -808,7 +501,7 @@ class Timeline(Analysis):
         rv.refits.append((t, e.new_version, cuts, e.duration_s, e.replaced_version))
         rv.refit_count += 1
         if len(rv.refits) >= rv.prune_at:
-            self._prune(rv)
+            rv.prune()
         self._set_version(rv, t, e.new_version)
         if not self._in(rv, t):
             return
@@ -852,7 +545,7 @@ class Timeline(Analysis):
 
     # The end of a run, and of the file.
 
-    def _close(self, rv: _RunView, outcome: str) -> None:
+    def _close(self, rv: RunView, outcome: str) -> None:
         """End the run's view: attempts still in flight end at its last event."""
         last = rv.run.last_t
         if rv.opened and self._dirty and self._changed_at <= rv.end:
