@@ -199,10 +199,10 @@ class RolloutTrace:
         """Wait until every event queued before this call has been written.
 
         With ``durable=True``, wait until it is on disk too (``fdatasync``, made by
-        the log's syncer thread while the writer goes on), not only in the page cache: it then survives a node
-        crash or power loss, not only a killed process.  Waits at most
-        ``OTEL_ROLLOUT_CLOSE_TIMEOUT`` seconds, so a full disk cannot hang the
-        caller; a flush that gives up says so in the log.
+        the log's syncer thread while the writer goes on), not only in the page
+        cache: it then survives a node crash or power loss, not only a killed
+        process.  Waits at most ``OTEL_ROLLOUT_CLOSE_TIMEOUT`` seconds, so a full
+        disk cannot hang the caller; a flush that gives up says so in the log.
         """
         if self._pipeline is None:
             return
