@@ -59,7 +59,7 @@ class Tmux:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             text = self.screen()
-            if (what.search(text) if isinstance(what, re.Pattern) else what in text):
+            if what.search(text) if isinstance(what, re.Pattern) else what in text:
                 return text
             time.sleep(0.1)
         raise AssertionError(f"{what!r} never appeared on the screen:\n{self.screen()}")
