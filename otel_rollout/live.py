@@ -39,9 +39,7 @@ class LiveFigures(Analysis):
     """What a live view shows that the shared state does not keep: the last step, the
     versions, refits and the calls they paused, restores, and trace events dropped."""
 
-    kinds = frozenset(
-        {"train.step", "weights.sync", "checkpoint.restore", "trace.dropped", "run.start"}
-    )
+    kinds = frozenset({"train.step", "weights.sync", "checkpoint.restore", "trace.dropped"})
 
     def __init__(self) -> None:
         self.last_step: Any = None  # the latest train.step read
@@ -210,6 +208,8 @@ class LiveTrace:
                 break
         now = time.monotonic()
         rate = self._rate
+        if not self.caught_up:  # reading a backlog is no rate of the run's: start once level
+            rate.clear()
         rate.append((now, reader.events))
         while len(rate) > 2 and rate[1][0] <= now - _RATE_WINDOW:
             rate.popleft()
