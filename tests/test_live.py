@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from otel_rollout.analysis import StepAges, run_file
 from otel_rollout.cost import CostAnalysis
 from otel_rollout.live import LiveFigures, LiveTrace
+from otel_rollout.render.live import frame_lines
 
 # Lines a hostile or damaged file holds: a torn line (a killed writer), not JSON, an event
 # breaking a rule, blank, a kind this version does not know, a step naming unsealed groups.
@@ -117,6 +118,8 @@ def test_a_truncated_or_replaced_file_is_read_again_and_said(demo_lines, tmp_pat
     half_path.write_bytes(path.read_bytes())
     assert trace.results() == fresh_pass(half_path)[0]
     assert "truncated or replaced" in trace.frame().notes[-1]
+    shown = dict(frame_lines(trace.frame()))  # and the screen says so
+    assert "truncated or replaced" in shown["note"]
     os.rename(path, tmp_path / "old.jsonl")  # rotated: a new file at the path
     path.write_bytes(b"".join(line + b"\n" for line in demo_lines[:50]))
     trace.read(budget=60)

@@ -89,9 +89,10 @@ def run(args: argparse.Namespace) -> int:
     style = Style(full_ids=args.full_ids)
     if args.once:
         return _once(args.file, render, Console, style, args.window)
-    trace = LiveTrace(args.file, window=args.window)
     console = Console()
-    return _follow(trace, render, console, style, interval)
+    if not console.is_terminal:
+        raise CliError("the live view needs a terminal; --once prints one frame to a pipe or file")
+    return _follow(LiveTrace(args.file, window=args.window), render, console, style, interval)
 
 
 def _once(path: str, render: Any, console_type: Any, style: Style, window: int) -> int:
@@ -105,7 +106,8 @@ def _once(path: str, render: Any, console_type: Any, style: Style, window: int) 
         reader = trace.reader
         if reader.lines and not reader.events and not reader.first_line_is_event:
             raise CliError(f"{path}: not a trace file (its first line is not a JSON event)")
-        console = console_type(file=sys.stdout, width=120, highlight=False)
+        width = None if sys.stdout.isatty() else 120  # a pipe gets lines of 120 characters
+        console = console_type(file=sys.stdout, width=width, highlight=False)
         console.print(render.frame_view(trace.frame(), style, live=False))
     finally:
         trace.close()
