@@ -233,14 +233,15 @@ class LiveTrace:
 
     def cost(self) -> CostReport | None:
         """The cost analysis's report when the file holds a stop, else None.  Made again
-        only when new events came and at most a tenth of the time: its ledger is one
-        record per group of the file."""
+        at once after a new stop, otherwise only when new events came and at most a tenth
+        of the time: its ledger is one record per group of the file."""
         state = self.engine.state
         if len(state.runs) < 2:
             return None
         now = time.monotonic()
         fresh = self.reader.events != self._cost_events
-        if fresh and (self._cost is None or now - self._cost_at >= 10 * self._cost_took):
+        stopped = self._cost is None or len(self._cost.runs) != len(state.runs)  # a new stop
+        if fresh and (stopped or now - self._cost_at >= 10 * self._cost_took):
             self._cost = self.costs.result()
             self._cost_took = time.monotonic() - now
             self._cost_at, self._cost_events = now, self.reader.events
