@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import os
 import re
 import shlex
@@ -136,16 +137,19 @@ def test_once_prints_the_files_last_step_and_its_cost(tmp_path):
 
 
 def test_once_on_something_that_is_no_trace_and_bad_intervals_say_why(tmp_path):
-    """A missing file, a file that is no trace, a NaN or negative interval and a live view
-    with no terminal to draw on are one line each, exit 2, no traceback."""
+    """A missing file, a file that is no trace, a gzipped one, a NaN or negative interval
+    and a live view with no terminal to draw on are one line each, exit 2, no traceback."""
     text = tmp_path / "notes.txt"
     text.write_text("hello\nworld\n")
+    gz = tmp_path / "rollout_trace.jsonl.gz"
+    gz.write_bytes(gzip.compress(b'{"t":1.0,"run_id":"r","event":"run.start"}\n'))
     for args, words in [
         (["--once", str(tmp_path / "none.jsonl")], "no such file"),
         (["--once", str(text)], "not a trace file"),
         (["--interval", "nan", str(text)], "must be a positive number of seconds, got 'nan'"),
         (["--interval", "-1", str(text)], "must be a positive number of seconds, got '-1'"),
         ([str(text)], "the live view needs a terminal; --once prints one frame"),
+        (["--once", str(gz)], "gzipped; a live view follows a plain log as it grows"),
     ]:
         done = subprocess.run(command("watch", *args), capture_output=True, text=True)
         assert done.returncode == 2 and words in done.stderr and "Traceback" not in done.stderr

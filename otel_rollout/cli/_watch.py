@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import config
+from .._blocks import GZIP_MAGIC
 from ..live import LiveTrace
 from ..reader import unreadable
 from ..render.fields import Style
@@ -87,12 +88,23 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     style = Style(full_ids=args.full_ids)
+    if _gzipped(args.file):
+        raise CliError(f"{args.file}: gzipped; a live view follows a plain log as it grows "
+                       "(read a finished .gz with batch-age, cost or report)")  # fmt: skip
     if args.once:
         return _once(args.file, render, Console, style, args.window)
     console = Console()
     if not console.is_terminal:
         raise CliError("the live view needs a terminal; --once prints one frame to a pipe or file")
     return _follow(LiveTrace(args.file, window=args.window), render, console, style, interval)
+
+
+def _gzipped(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == GZIP_MAGIC
+    except OSError:
+        return False
 
 
 def _once(path: str, render: Any, console_type: Any, style: Style, window: int) -> int:
