@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import re
 import shlex
@@ -164,3 +165,18 @@ def test_without_rich_one_line_names_the_extra(tmp_path):
     assert done.stderr.strip() == (
         "otel-rollout: error: otel-rollout watch needs rich: pip install 'otel-rollout[watch]'"
     )
+
+
+def test_the_benchmark_runs_and_its_last_frame_is_the_files_last_step(tmp_path):
+    """``bench/run.py --only watch --quick`` (never timed here) follows a file written at
+    10k events/s to its end: the last frame drawn is the file's last step and batch age."""
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    out = tmp_path / "figures.json"
+    bench = Path(__file__).parent.parent / "bench" / "run.py"
+    args = [sys.executable, str(bench), "--only", "watch", "--quick", "--json", str(out)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(out.read_text())["watch"]
+    assert figures["last_frame_matches"] and figures["lines"] > 40_000
+    assert set(figures["cpu_pct"]) == {"watch", "plain follower"}
