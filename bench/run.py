@@ -34,6 +34,7 @@ sys.path.insert(0, str(HERE))
 import controller  # noqa: E402
 import measure  # noqa: E402
 import read_side  # noqa: E402
+import watch  # noqa: E402
 import with_otel  # noqa: E402
 from yardstick import PlainWriter, plain_read  # noqa: E402
 
@@ -250,8 +251,9 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument(
         "--only",
-        choices=["fsync", "read"],
-        help="measure only this part (fsync: the cost of syncing; read: the read commands)",
+        choices=["fsync", "read", "watch"],
+        help="measure only this part (fsync: the cost of syncing; read: the read commands; "
+        "watch: the live view following a file growing at 10k events/s)",
     )
     args = parser.parse_args()
     lines = args.lines or (20_000 if args.quick else 1_000_000)
@@ -262,6 +264,13 @@ def main() -> None:
     if args.only == "fsync":
         figures = {"fsync": fsync_cost(dispatches, seconds)}
         _fsync_table(figures["fsync"])
+        if args.json:
+            args.json.write_text(json.dumps(figures, indent=2))
+        return
+
+    if args.only == "watch":
+        figures = {"watch": watch.figures(10_000, 5.0 if args.quick else 20.0, 0.5)}
+        print(watch.report(figures["watch"]))
         if args.json:
             args.json.write_text(json.dumps(figures, indent=2))
         return

@@ -126,6 +126,7 @@ class CostAnalysis(Analysis):
         self.report = CostReport()
         self.ledger = Ledger()
         self.generated = 0
+        self.abandoned: dict[str, int] = {}  # wasted tokens by "abandoned: reason"
         self.recent: deque[float] = deque(maxlen=window)  # the current run's last ages
         # The boundary whose new run is running: only the run that directly follows is matched.
         self.watching: Boundary | None = None
@@ -216,7 +217,7 @@ class CostAnalysis(Analysis):
     def _abandon(self, e: Any) -> None:
         tokens = e.tokens or 0
         self.generated += tokens
-        add(self.report.waste, f"abandoned: {e.reason}", tokens)
+        add(self.abandoned, f"abandoned: {e.reason}", tokens)
 
     def _group_reserve(self, e: Any) -> None:
         old = self.state.groups.get(e.group_id)
@@ -281,11 +282,12 @@ class CostAnalysis(Analysis):
             b.at_risk_resumed = fates.count("resumed")
             b.at_risk_redispatched = fates.count("redispatched")
             b.at_risk_never_ran_again = fates.count(None)
-        for group_id, group in self.state.groups.items():  # neither trained nor discarded yet
-            self.ledger.settle(group_id, group)
-        buckets = self.ledger.resolve(GroupFates.of(self.state))
+        # Groups neither trained nor discarded yet count as they stand, the ledger untouched:
+        # a live view asks for the result again as the file grows.
+        buckets = self.ledger.resolve(GroupFates.of(self.state), self.state.groups)
         report.tokens_trained = buckets.pop(TRAINED, 0)
         report.tokens_pending = buckets.pop(PENDING, 0)
+        report.waste = dict(self.abandoned)
         for cause, tokens in buckets.items():
             add(report.waste, cause, tokens)
         return report

@@ -9,7 +9,7 @@ both use it, so their numbers add up to each other.
 from __future__ import annotations
 
 import sys
-from collections.abc import Container, Iterable
+from collections.abc import Container, Iterable, Mapping
 from typing import Any
 
 from .analysis.state import Group, State
@@ -52,11 +52,21 @@ class Ledger:
         self.touch(group_id, run_id)
         self.groups[group_id][2] = reason
 
-    def resolve(self, fate: GroupFates) -> dict[str, int]:
-        """Tokens by fate: ``trained``, ``pending`` and each wasted cause (the file is read)."""
+    def resolve(
+        self, fate: GroupFates, in_flight: Mapping[str, Group] | None = None
+    ) -> dict[str, int]:
+        """Tokens by fate: ``trained``, ``pending`` and each wasted cause (the file is read),
+        counting ``in_flight`` groups as if settled, without changing the ledger."""
         buckets: dict[str, int] = {}
+        in_flight = in_flight or {}
         for group_id, (tokens, run_id, reason) in self.groups.items():
+            group = in_flight.get(group_id)
+            if group is not None:
+                tokens, run_id = tokens + sum(group.attempts.values()), group.run_id
             add(buckets, fate(group_id, run_id, reason), tokens)
+        for group_id, group in in_flight.items():
+            if group_id not in self.groups:
+                add(buckets, fate(group_id, group.run_id, None), sum(group.attempts.values()))
         return buckets
 
 

@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import logging
 import os
-import re
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import msgspec
-import orjson
 
 from . import config, events
 from ._blocks import (
@@ -34,6 +32,7 @@ from ._blocks import (
 from ._blocks import (
     numbered as number_lines,
 )
+from ._torn import cut_short, run_of
 
 __all__ = ["EventReader", "EventStream", "read_events", "unreadable"]
 
@@ -46,7 +45,6 @@ _MOST_KINDS_SEARCHED = 4
 MAX_WARNINGS = 10
 #: How a skip reason begins for a torn line with more lines after it (see ``on_skip``).
 TORN_LINE = "torn line"
-_RUN_ID = re.compile(rb'"run_id"\s*:\s*"([^"\\]{1,200})"')
 
 _TYPED_ERRORS = (msgspec.DecodeError, RecursionError)
 
@@ -116,12 +114,12 @@ class EventReader:
         if self.first_line_is_event is None:
             self.first_line_is_event = False
         if torn:
-            run = _run_of(line)
+            run = run_of(line)
             writer = "the writer" if run is None else f"the writer of run {run}"
             reason = f"torn last line ({reason}; was {writer} killed?)"
-        elif line and _cut_short(line):
+        elif line and cut_short(line):
             # A killed writer's fragment, ended by the next run that opened the file.
-            run = _run_of(line)
+            run = run_of(line)
             writer = "its writer" if run is None else f"the writer of run {run}"
             reason = f"{TORN_LINE}: {writer} was killed mid-line ({reason})"
         self.skipped += 1
@@ -190,29 +188,46 @@ class EventReader:
         for batch in self._blocks(numbered=False):
             yield batch if batch.__class__ is list else list(batch)
 
-    def numbered_batches(self) -> Iterator[tuple[list[Any], int | list[int]]]:
+    def numbered_batches(self) -> Iterator[tuple[list[Any], int | Sequence[int]]]:
         """The events block by block, each with where its events are: the line number
         of the first (the block is consecutive lines) or one line number per event."""
         for batch in self._blocks(numbered=True, whole_numbered=True):
-            if batch.__class__ is tuple:
-                self.events += len(batch[0])
-                yield batch
-            else:
-                pairs = list(batch)
-                self.events += len(pairs)
-                yield [e for _, e in pairs], [n for n, _ in pairs]
+            yield self._numbered(batch)
+
+    def numbered_block(
+        self, data: bytes, before: int, final: bool = False
+    ) -> tuple[list[Any], int | Sequence[int]]:
+        """The events of ``data``, whole lines read by the caller (a follower of a growing
+        file), numbered from line ``before + 1``, by the same rules and in the same shape
+        as :meth:`numbered_batches`; ``final``: its last line has no newline (torn)."""
+        plan = self._plan(True, True)
+        batch, newlines = self._block(data, 0, len(data), final, before, True, True, *plan)
+        self.lines = before + newlines + final
+        return self._numbered(batch)
+
+    def _numbered(self, batch: Any) -> tuple[list[Any], int | Sequence[int]]:
+        if batch.__class__ is tuple:
+            self.events += len(batch[0])
+            return batch
+        pairs = list(batch)
+        self.events += len(pairs)
+        return [e for _, e in pairs], [n for n, _ in pairs]
 
     def _scan(self, numbered: bool) -> Iterator[Any]:
         for batch in self._blocks(numbered):
             yield from batch
 
-    def _blocks(self, numbered: bool, whole_numbered: bool = False) -> Iterator[Iterable[Any]]:
+    def _plan(self, numbered: bool, whole_numbered: bool) -> tuple[Any, bool]:
+        """``(pattern, whole_blocks)``: how blocks are read for the kinds asked for."""
         kinds = self.kinds
         # Searching blocks for the wanted kinds pays when they are a few of a file's lines;
         # for many kinds nearly every line matches, and plain parsing then filtering is faster.
         few = kinds is not None and len(kinds) <= _MOST_KINDS_SEARCHED
         pattern = kind_pattern(kinds) if few else None  # type: ignore[arg-type]  # few implies kinds
-        whole_blocks = self._typed is not None and (whole_numbered or not numbered) and not few
+        return pattern, self._typed is not None and (whole_numbered or not numbered) and not few
+
+    def _blocks(self, numbered: bool, whole_numbered: bool = False) -> Iterator[Iterable[Any]]:
+        plan = self._plan(numbered, whole_numbered)
         lineno = 0
         with open_trace(self.path) as (stream, position, compressed):
             broken: list[str] = []
@@ -230,24 +245,9 @@ class EventReader:
 
             blocks = chunks(stream, broken if compressed else None, self.max_line_bytes, long_line)
             for chunk, start, end, final in blocks:
-                events: Any = None
-                newlines = chunk.count(b"\n", start, end)
-                if whole_blocks and not final and (lineno or not chunk.startswith(_BOM, start)):
-                    events = self._whole_block(chunk, start, end, whole_numbered)
-                    if events is not None and whole_numbered:
-                        # blank lines mean the block is numbered line by line instead
-                        events = (events, lineno + 1) if len(events) == newlines else None
-                if events is None and whole_numbered and pattern is not None:
-                    # Found lines of a few kinds: their line numbers are worked out only
-                    # when one is asked for (counting newlines up to each cost ~30%).
-                    pairs = list(
-                        self._lines(chunk, start, end, final, lineno, pattern, True, keyed=True)
-                    )
-                    where = locator(chunk, start, lineno)
-                    lazy = LazyLines([offset for offset, _ in pairs], where)
-                    events = ([e for _, e in pairs], lazy)
-                if events is None:
-                    events = self._lines(chunk, start, end, final, lineno, pattern, numbered)
+                events, newlines = self._block(
+                    chunk, start, end, final, lineno, numbered, whole_numbered, *plan
+                )
                 yield events
                 lineno += newlines + final
                 if self._progress is not None:
@@ -266,6 +266,37 @@ class EventReader:
                 self.skipped - MAX_WARNINGS,
                 self.skipped,
             )
+
+    def _block(
+        self,
+        chunk: bytes,
+        start: int,
+        end: int,
+        final: bool,
+        lineno: int,
+        numbered: bool,
+        whole_numbered: bool,
+        pattern: tuple[bytes, ...] | None,
+        whole_blocks: bool,
+    ) -> tuple[Any, int]:
+        """One block's events (in the shape its caller asked for) and its newlines."""
+        events: Any = None
+        newlines = chunk.count(b"\n", start, end)
+        if whole_blocks and not final and (lineno or not chunk.startswith(_BOM, start)):
+            events = self._whole_block(chunk, start, end, whole_numbered)
+            if events is not None and whole_numbered:
+                # blank lines mean the block is numbered line by line instead
+                events = (events, lineno + 1) if len(events) == newlines else None
+        if events is None and whole_numbered and pattern is not None:
+            # Found lines of a few kinds: their line numbers are worked out only
+            # when one is asked for (counting newlines up to each cost ~30%).
+            pairs = list(self._lines(chunk, start, end, final, lineno, pattern, True, keyed=True))
+            where = locator(chunk, start, lineno)
+            lazy = LazyLines([offset for offset, _ in pairs], where)
+            events = ([e for _, e in pairs], lazy)
+        if events is None:
+            events = self._lines(chunk, start, end, final, lineno, pattern, numbered)
+        return events, newlines
 
     def _lines(
         self,
@@ -335,33 +366,6 @@ class EventReader:
                     if kind.__class__ is not str or kind not in kinds:
                         continue
             yield (n, event) if numbered else event
-
-
-def _cut_short(line: bytes) -> bool:
-    """Whether ``line`` is the start of a JSON object that ends too early, as a killed
-    writer leaves it (a character cut in two at the end counts too)."""
-    if not line.startswith(b"{"):
-        return False
-    for trim in range(4):  # a UTF-8 character is at most 4 bytes: up to 3 may be left
-        if trim and (trim >= len(line) or line[-trim] < 0x80):
-            return False
-        piece = line[: len(line) - trim]
-        try:
-            orjson.loads(piece)
-        except orjson.JSONDecodeError as exc:
-            if exc.pos >= len(piece.rstrip()):
-                return True
-            if "UTF-8" not in str(exc):
-                return False
-        else:
-            return False
-    return False
-
-
-def _run_of(line: bytes) -> str | None:
-    """The ``run_id`` a line's text names, if it got that far."""
-    match = _RUN_ID.search(line, 0, 400)
-    return match.group(1).decode("utf-8", "replace") if match else None
 
 
 def unreadable(path: Path) -> str | None:

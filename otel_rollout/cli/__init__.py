@@ -27,6 +27,7 @@ _COMMANDS = {
     "staleness": "_staleness",
     "timeline": "_timeline",
     "validate": "_validate",
+    "watch": "_watch",
     "simulate": "_simulate",
     "demo": "_simulate",
     "export": "_export",

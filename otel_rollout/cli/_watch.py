@@ -1,0 +1,157 @@
+"""``otel-rollout watch FILE``: a live terminal view of a growing trace, as ``tail -f`` follows.
+
+Each refresh reads only the lines appended since the last one
+(:class:`~otel_rollout.live.LiveTrace`) into one analysis pass that carries
+over; the screen is drawn with ``rich`` (the ``watch`` extra), imported only here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .. import config
+from .._blocks import GZIP_MAGIC
+from ..live import LiveTrace
+from ..reader import unreadable
+from ..render.fields import Style
+from ._common import CliError, add_full_ids
+
+_MISSING = "otel-rollout watch needs rich: pip install 'otel-rollout[watch]'"
+
+
+def _interval(raw: str) -> float:
+    """``--interval``: checked by the setting's own rules, with a clear message."""
+    setting = config.WATCH_INTERVAL
+    try:
+        return setting.check(setting.parse(raw))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be a positive number of seconds, got {raw!r}"
+        ) from None
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "watch",
+        help="a live terminal view of a growing trace (follows it as tail -f does)",
+        description=(
+            "Follow a rollout_trace.jsonl as it grows (and as a resumed run appends to it) "
+            "and redraw one screen: the current run and step, trained and engine weight "
+            "versions, batch age (the last step's, and a sparkline of recent steps), the "
+            "last step's token-age shares, attempts and groups in flight, refits and the "
+            "calls they paused, events per second, lines skipped, step warnings and trace "
+            "events dropped, and, once the file holds a stop, what the stops cost so far "
+            "(as 'otel-rollout cost' counts it). Each refresh reads only what was appended; "
+            "a partial last line waits for its newline; a truncated or replaced file is "
+            "read again from its start. Ctrl-C quits. Needs the 'watch' extra (rich)."
+        ),
+    )
+    parser.add_argument("file", help="a rollout_trace.jsonl (it may not exist yet)")
+    parser.add_argument(
+        "--interval",
+        type=_interval,
+        default=None,
+        metavar="S",
+        help=f"seconds between refreshes (OTEL_ROLLOUT_WATCH_INTERVAL, "
+        f"default {config.WATCH_INTERVAL.default})",
+    )
+    parser.add_argument(
+        "--once",
+        action="store_true",
+        help="read the file as it is, print one frame to stdout and exit (for scripts)",
+    )
+    parser.add_argument(
+        "--window", type=int, default=5, metavar="N", help="steps before/after a stop (5)"
+    )
+    add_full_ids(parser)
+    parser.set_defaults(handler=run)
+
+
+def _rich() -> Any:
+    try:
+        from ..render import live as render
+    except ImportError as exc:
+        if getattr(exc, "name", "") and not str(exc.name).startswith("rich"):
+            raise
+        raise CliError(_MISSING) from None
+    return render
+
+
+def run(args: argparse.Namespace) -> int:
+    interval = config.WATCH_INTERVAL.resolve(args.interval)
+    render = _rich()
+    from rich.console import Console
+
+    style = Style(full_ids=args.full_ids)
+    if _gzipped(args.file):
+        raise CliError(f"{args.file}: gzipped; a live view follows a plain log as it grows "
+                       "(read a finished .gz with batch-age, cost or report)")  # fmt: skip
+    if args.once:
+        return _once(args.file, render, Console, style, args.window)
+    console = Console()
+    if not console.is_terminal:
+        raise CliError("the live view needs a terminal; --once prints one frame to a pipe or file")
+    return _follow(LiveTrace(args.file, window=args.window), render, console, style, interval)
+
+
+def _gzipped(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == GZIP_MAGIC
+    except OSError:
+        return False
+
+
+def _once(path: str, render: Any, console_type: Any, style: Style, window: int) -> int:
+    problem = unreadable(Path(path))
+    if problem is not None:
+        raise CliError(problem)
+    trace = LiveTrace(path, window=window)
+    try:
+        while trace.read(budget=60.0):
+            pass
+        reader = trace.reader
+        if reader.lines and not reader.events and not reader.first_line_is_event:
+            raise CliError(f"{path}: not a trace file (its first line is not a JSON event)")
+        width = None if sys.stdout.isatty() else 120  # a pipe gets lines of 120 characters
+        console = console_type(file=sys.stdout, width=width, highlight=False)
+        console.print(render.frame_view(trace.frame(), style, live=False))
+    finally:
+        trace.close()
+    return 0
+
+
+def _follow(trace: LiveTrace, render: Any, console: Any, style: Style, interval: float) -> int:
+    """Redraw every ``interval`` seconds until Ctrl-C (or SIGTERM): exit 0, screen restored."""
+    from rich.live import Live
+
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    last = None
+    try:
+        with Live(console=console, auto_refresh=False, screen=True, transient=True) as view:
+            while True:
+                began = time.monotonic()
+                trace.read(budget=max(0.05, interval / 2))
+                last = trace.frame()
+                view.update(render.frame_view(last, style), refresh=True)
+                # A file still catching up is read again at once (the screen shows progress).
+                if trace.caught_up:
+                    time.sleep(max(0.0, interval - (time.monotonic() - began)))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        trace.close()
+    if last is not None and last.step is not None:
+        age = last.age.batch_age if last.age is not None else None
+        shown = "n/a" if age is None else f"{age:.4f}"
+        print(f"{trace.path}: step {last.step}, batch age {shown} ({last.events:,} events read)")
+    return 0
