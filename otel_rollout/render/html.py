@@ -40,20 +40,9 @@ from .fields import (
     short_run,
 )
 from .records import step_record
+from .scale import time_unit
 
 __all__ = ["CHROMIUM_FLAGS", "charts", "chromium", "render_html", "write_html", "write_pngs"]
-
-
-_TIME_UNITS = [(120.0, 1.0, "seconds"), (7200.0, 60.0, "minutes"), (172800.0, 3600.0, "hours")]
-
-
-def time_unit(span_s: float) -> tuple[float, str]:
-    """The unit a time axis of ``span_s`` seconds is written in: seconds up to two minutes,
-    minutes up to two hours, hours up to two days, then days."""
-    for limit, size, name in _TIME_UNITS:
-        if span_s <= limit:
-            return size, name
-    return 86400.0, "days"
 
 
 def charts(data: ReportData, style: Style = PLAIN, only: str | None = None) -> dict[str, str]:
