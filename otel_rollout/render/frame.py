@@ -77,10 +77,12 @@ def legend(items: Sequence[LegendItem], y: float = TOP) -> list[str]:
 def grid(
     xa: Axis | None, ya: Axis | None, x_text: Callable[[float], str] | None = None
 ) -> list[str]:
-    """Grid lines, tick labels and the plot's frame."""
+    """Grid lines, tick labels and the plot's frame (whose ``data-x`` holds the x axis's
+    ends, for the zoom script to read a drag)."""
+    domain = f' data-x="{xa.lo!r} {xa.hi!r}"' if xa is not None else ""
     out = [
         f'<rect class="plot" x="{PLOT_X0}" y="{PLOT_Y0}" width="{PLOT_X1 - PLOT_X0}" '
-        f'height="{PLOT_Y1 - PLOT_Y0}" fill="none" stroke="#999"/>'
+        f'height="{PLOT_Y1 - PLOT_Y0}" fill="none" stroke="#999"{domain}/>'
     ]
     if ya is not None:
         for v in ya.ticks:
@@ -125,9 +127,17 @@ def empty(chart_id: str, title: str, x_label: str, y_label: str, text: str = "no
     return chart(chart_id, title, body, x_label, y_label)
 
 
-def hover(x0: float, x1: float, text: str) -> str:
-    """A transparent box over the plot's height with ``text`` as its tooltip."""
+def steps_attr(first: int | None, last: int | None) -> str:
+    """The ``data-steps`` of a bin, bar or column of steps ``first`` … ``last``: clicking it
+    zooms to them."""
+    return "" if first is None or last is None else f' data-steps="{first} {last}"'
+
+
+def hover(x0: float, x1: float, text: str, steps: str = "") -> str:
+    """A transparent box over the plot's height with ``text`` as its tooltip (``steps``: its
+    :func:`steps_attr`)."""
     return (
         f'<rect class="mark hover" x="{x0:.1f}" y="{PLOT_Y0}" width="{max(x1 - x0, 0.8):.1f}" '
-        f'height="{PLOT_Y1 - PLOT_Y0}" fill="transparent"><title>{escape(text)}</title></rect>'
+        f'height="{PLOT_Y1 - PLOT_Y0}" fill="transparent"{steps}><title>{escape(text)}</title>'
+        "</rect>"
     )

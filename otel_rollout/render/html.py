@@ -24,7 +24,7 @@ from typing import Any, TextIO
 from ..age import AGE_BUCKETS, StepAge
 from ..cost import CostReport
 from ..report import ReportData
-from . import svg
+from . import svg, zoom
 from .fields import (
     AGE_LABELS,
     BOUNDARY_FIELDS,
@@ -37,7 +37,6 @@ from .fields import (
     iso_utc,
     ledger_balance,
     ledger_rows,
-    short_run,
 )
 from .records import step_record
 from .scale import time_unit
@@ -54,7 +53,7 @@ def charts(data: ReportData, style: Style = PLAIN, only: str | None = None) -> d
 def _draw(name: str, data: ReportData, style: Style) -> str:
     t0 = data.t0 or 0.0
     runs = list(data.runs)
-    short = {r: f"run {n + 1} ({short_run(r, style)})" for n, r in enumerate(runs)}
+    short = zoom.run_labels(data, style)
     cost = data.cost or CostReport()
     t_end = max((span[1] for span in data.runs.values()), default=t0)
     unit, unit_name = time_unit(t_end - t0)
@@ -63,11 +62,7 @@ def _draw(name: str, data: ReportData, style: Style) -> str:
     def when(x: float) -> str:  # an x of a time axis, in words
         return iso_utc(t0 + x * unit)
 
-    markers = []
-    for b in cost.boundaries:
-        old, new = short_run(b.old_run, style), short_run(b.new_run, style)
-        markers.append(((b.stopped_at - t0) / unit, f"stop of run {old}", "#d62728"))
-        markers.append(((b.resumed_at - t0) / unit, f"restore: run {new}", "#2ca02c"))
+    markers = [((t - t0) / unit, label, c) for t, label, c in zoom.stop_markers(data, style)]
     marker_legend = (
         [svg.LegendItem("stop", "#d62728", "dash"), svg.LegendItem("restore", "#2ca02c", "dash")]
         if markers
@@ -81,12 +76,13 @@ def _draw(name: str, data: ReportData, style: Style) -> str:
             )
             for r in runs
         ]
+        title, _, y_label = zoom.ZOOMABLE[name]
         return svg.band_chart(
             "batch-age",
-            "Batch age per step (mean per bin and p10–p90 when binned)",
+            title,
             series,
             x_label=x_label,
-            y_label="batch age (updates)",
+            y_label=y_label,
             x_text=when,
             point_text=lambda run, p: (
                 f"{run}, step {p[2]:,} at {when(p[0])}: batch age {p[1]:.2f} updates"
@@ -102,22 +98,13 @@ def _draw(name: str, data: ReportData, style: Style) -> str:
         )
     if name == "token-age":
         rows = [(r.step, [r.tokens_by_age.get(a, 0) for a in AGE_BUCKETS]) for r in data.step_ages]
+        title, x_name, y_label = zoom.ZOOMABLE[name]
         return svg.stacked_bars(
-            "token-age",
-            "Share of each step's tokens by age (updates behind the trained version)",
-            rows,
-            AGE_LABELS,
-            x_label="training step",
-            y_label="share of tokens (%)",
+            "token-age", title, rows, AGE_LABELS, x_label=x_name, y_label=y_label
         )
     if name == "age-heatmap":
-        return svg.heat_map(
-            "age-heatmap",
-            "Token age histogram per step: share of the step's tokens at each age",
-            data.age_tokens,
-            x_label="training step",
-            y_label="token age (updates)",
-        )
+        title, x_name, y_label = zoom.ZOOMABLE[name]
+        return svg.heat_map("age-heatmap", title, data.age_tokens, x_label=x_name, y_label=y_label)
     if name == "length-bias":
         ratio = data.starvation
         if ratio is None:
@@ -206,12 +193,14 @@ h1{font-size:22px} h2{font-size:17px;margin-top:28px}
 .axis,.tick,.legend{font:11px sans-serif;fill:#333} .title{font:bold 13px sans-serif;fill:#222}
 .grid{stroke:#e6e6e6} .empty{font:13px sans-serif;fill:#777} .head{font-weight:bold}
 .caption{margin:2px 0 0} .hover:hover{fill:rgba(0,0,0,.06)}
-.chart circle.pt:hover{r:5}
+.chart circle.pt:hover{r:5} .chart.zoomable{cursor:crosshair}
+.zoom-sel{fill:rgba(31,119,180,.15);stroke:#1f77b4} .zoom{font-size:13px;margin:0 0 4px}
+.zoom input{width:7em}
 table{border-collapse:collapse;margin:8px 0} td,th{border:1px solid #ccc;padding:3px 8px}
 td.n{text-align:right;font-variant-numeric:tabular-nums} .muted{color:#777}
 """
 
-# Records page errors where a test (or a curious reader) can see them.
+# Records page errors where a test (or a curious reader) can see them; then the zoom.
 _SCRIPT = """
 window.__errors = [];
 window.addEventListener("error", function (e) { window.__errors.push(String(e.message)); });
@@ -280,13 +269,16 @@ def write_html(data: ReportData, out: TextIO, style: Style = PLAIN) -> None:
     out.write(
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         "<title>otel-rollout report</title>"
-        f"<style>{_STYLE}</style><script>{_SCRIPT}</script></head><body>"
+        f"<style>{_STYLE}</style><script>{_SCRIPT}{zoom.script()}</script></head><body>"
         f'<h1>Rollout stop/restore report</h1><p class="muted">{escape(data.source)} — '
         f"{len(data.runs)} runs, {len(cost.boundaries)} stops, {cost.steps:,} training steps</p>"
     )
+    out.write(zoom.config_tag())
     for chart_id, title in _CHARTS:
         out.write(f"<h2>{title}</h2>")
         out.write(charts(data, style, only=chart_id)[chart_id])
+        if chart_id in zoom.ZOOMABLE:
+            out.write(zoom.data_tag(chart_id, data, style))
         out.write(f'<p class="caption muted">{escape(caption(chart_id, data))}</p>')
     out.write("<h2>What each stop cost</h2>")
     out.write(_tables(cost, style))

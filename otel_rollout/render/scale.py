@@ -19,8 +19,9 @@ from typing import cast
 from ..staleness import quantile
 
 __all__ = [
-    "HEAT", "MAX_BINS", "RAW_LIMIT", "Axis", "Bin", "bin_edges", "bin_points", "heat_color",
-    "key_width", "merge_bins", "nice_step", "nice_ticks", "tick_label", "time_unit",
+    "HEAT", "HEAT_ROWS", "MAX_BINS", "RAW_LIMIT", "TIME_UNITS", "Axis", "Bin", "bin_edges",
+    "bin_points", "heat_color", "key_width", "merge_bins", "nice_step", "nice_ticks",
+    "tick_label", "time_unit",
 ]  # fmt: skip
 
 HEAT = ["#f7fbff", "#c6dbef", "#6baed6", "#2171b5", "#08306b"]  # 0 … 100 % of a column
@@ -29,6 +30,8 @@ HEAT = ["#f7fbff", "#c6dbef", "#6baed6", "#2171b5", "#08306b"]  # 0 … 100 % of
 RAW_LIMIT = 400
 #: The most bins (or bars, or heat-map columns) a binned chart draws.
 MAX_BINS = 200
+#: The heat map's rows: ages past ``HEAT_ROWS - 1`` share the top one.
+HEAT_ROWS = 12
 
 
 # Ticks -----------------------------------------------------------------------------
@@ -204,13 +207,14 @@ def key_width(k0: int, k1: int, count: int, limit: int) -> int:
     return width
 
 
-_TIME_UNITS = [(120.0, 1.0, "seconds"), (7200.0, 60.0, "minutes"), (172800.0, 3600.0, "hours")]
+#: ``(longest span in seconds, seconds a unit, the unit)`` of a time axis, shortest first.
+TIME_UNITS = [(120.0, 1.0, "seconds"), (7200.0, 60.0, "minutes"), (172800.0, 3600.0, "hours")]
 
 
 def time_unit(span_s: float) -> tuple[float, str]:
     """The unit a time axis of ``span_s`` seconds is written in: seconds up to two minutes,
     minutes up to two hours, hours up to two days, then days."""
-    for limit, size, name in _TIME_UNITS:
+    for limit, size, name in TIME_UNITS:
         if span_s <= limit:
             return size, name
     return 86400.0, "days"

@@ -30,6 +30,7 @@ from .frame import (
     W,
 )
 from .scale import (
+    HEAT_ROWS,
     MAX_BINS,
     RAW_LIMIT,
     Axis,
@@ -167,7 +168,8 @@ def band_chart(
                 f'stroke-width="1.6" points="{line}"/>'
             )
         for b in bins:
-            body.append(frame.hover(xa(b.x_lo), xa(b.x_hi), bin_text(name, b)))
+            steps = frame.steps_attr(b.k_first, b.k_last)
+            body.append(frame.hover(xa(b.x_lo), xa(b.x_hi), bin_text(name, b), steps))
     if not raw:  # one row says what every series' shading is
         legend.append(LegendItem(f"{band.replace('-', '–')} band", "#888", "band"))
     body += frame.legend([*legend, *marker_legend])
@@ -231,7 +233,7 @@ def stacked_bars(
             body.append(
                 f'<rect class="mark bar" x="{left + gap / 2:.1f}" y="{ya(top):.1f}" '
                 f'width="{max(px - gap, 0.6):.1f}" height="{ya(base) - ya(top):.1f}" '
-                f'fill="{color}"><title>{escape(tip)}</title></rect>'
+                f'fill="{color}"{frame.steps_attr(start, last)}><title>{escape(tip)}</title></rect>'
             )
             base = top
     body += frame.legend([LegendItem(lb, c) for lb, c in zip(labels, colors, strict=False)])
@@ -254,7 +256,7 @@ def heat_map(
     *,
     x_label: str,
     y_label: str,
-    max_rows: int = 12,
+    max_rows: int = HEAT_ROWS,
 ) -> str:
     """Counts by row value (a token age) for each key (a step), as a heat map: the colour
     of a cell is its share of the column's total.  More keys than :data:`MAX_BINS` / 2 are
@@ -297,8 +299,8 @@ def heat_map(
             tip = f"{span}, {name}: {share:.1%} of {total:,} tokens ({n:,})"
             body.append(
                 f'<rect class="mark cell" x="{left:.1f}" y="{PLOT_Y1 - (age + 1) * cell_h:.1f}" '
-                f'width="{max(px, 0.6):.1f}" height="{cell_h:.1f}" fill="{color}">'
-                f"<title>{escape(tip)}</title></rect>"
+                f'width="{max(px, 0.6):.1f}" height="{cell_h:.1f}" fill="{color}"'
+                f"{frame.steps_attr(start, last)}><title>{escape(tip)}</title></rect>"
             )
     body += frame.legend(
         [LegendItem("share of tokens", "", "head")]
