@@ -63,11 +63,7 @@ def _draw(name: str, data: ReportData, style: Style) -> str:
         return iso_utc(t0 + x * unit)
 
     markers = [((t - t0) / unit, label, c) for t, label, c in zoom.stop_markers(data, style)]
-    marker_legend = (
-        [svg.LegendItem("stop", "#d62728", "dash"), svg.LegendItem("restore", "#2ca02c", "dash")]
-        if markers
-        else []
-    )
+    marker_legend = zoom.MARKER_LEGEND if markers else []
     if name == "batch-age":
         series = [
             (
@@ -84,14 +80,8 @@ def _draw(name: str, data: ReportData, style: Style) -> str:
             x_label=x_label,
             y_label=y_label,
             x_text=when,
-            point_text=lambda run, p: (
-                f"{run}, step {p[2]:,} at {when(p[0])}: batch age {p[1]:.2f} updates"
-            ),
-            bin_text=lambda run, b: (
-                f"{run}, steps {b.k_first:,}–{b.k_last:,} ({b.n:,} steps) "
-                f"from {when(b.x_lo)} to {when(b.x_hi)}: batch age mean {b.mean:.2f}, "
-                f"p10 {b.low:.2f}, p90 {b.high:.2f} updates"
-            ),
+            point_text=zoom.age_point_text(when),
+            bin_text=zoom.age_bin_text(when),
             markers=markers,
             marker_legend=marker_legend,
             x_from=0.0,

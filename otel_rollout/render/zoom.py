@@ -11,6 +11,7 @@ as differences from the previous value (mostly ``1`` and a few digits), which ke
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from importlib import resources
 from itertools import pairwise
 from typing import Any
@@ -20,8 +21,21 @@ from ..cost import CostReport
 from ..report import ReportData
 from . import frame, scale
 from .fields import AGE_LABELS, Style, short_run
+from .scale import Bin
 
-__all__ = ["ZOOMABLE", "config_tag", "data_tag", "run_labels", "script", "stop_markers"]
+Point = tuple[float, float, int | None]  # as svg.band_chart draws: x, y, step
+
+__all__ = [
+    "MARKER_LEGEND",
+    "ZOOMABLE",
+    "age_bin_text",
+    "age_point_text",
+    "config_tag",
+    "data_tag",
+    "run_labels",
+    "script",
+    "stop_markers",
+]
 
 #: The charts that zoom to a step range, with their titles and x and y axis labels (the x
 #: label of the batch-age chart is its time unit and origin).
@@ -57,6 +71,27 @@ def stop_markers(data: ReportData, style: Style) -> list[tuple[float, str, str]]
         out.append((b.stopped_at, f"stop of run {old}", "#d62728"))
         out.append((b.resumed_at, f"restore: run {new}", "#2ca02c"))
     return out
+
+
+#: The legend rows of the stop and restore markers.
+MARKER_LEGEND = [
+    frame.LegendItem("stop", "#d62728", "dash"),
+    frame.LegendItem("restore", "#2ca02c", "dash"),
+]
+
+
+def age_point_text(when: Callable[[float], str]) -> Callable[[str, Point], str]:
+    """The hover text of one step's dot on the batch-age chart (``when``: its x in words)."""
+    return lambda run, p: f"{run}, step {p[2]:,} at {when(p[0])}: batch age {p[1]:.2f} updates"
+
+
+def age_bin_text(when: Callable[[float], str]) -> Callable[[str, Bin], str]:
+    """The hover text of a bin of the batch-age chart."""
+    return lambda run, b: (
+        f"{run}, steps {b.k_first:,}–{b.k_last:,} ({b.n:,} steps) "
+        f"from {when(b.x_lo)} to {when(b.x_hi)}: batch age mean {b.mean:.2f}, "
+        f"p10 {b.low:.2f}, p90 {b.high:.2f} updates"
+    )
 
 
 def _deltas(values: list[int]) -> list[int]:
