@@ -5,8 +5,10 @@ distribution per step (shares by age, and the full histogram as a heat map),
 discard and stale rates by generation-length decile, a timeline of the runs
 (active, down, catching up), attempts in flight over time, the cost tables and
 the token ledger, and every step's batch age in a table.  Tables come from the field descriptions of
-:mod:`.fields`, as the text and JSON do.  The page has inline SVG and styles
-only; its one inline script records page errors for the tests.  Nothing is fetched.
+:mod:`.fields`, as the text and JSON do.  The page has inline SVG, styles and one inline
+script, which records page errors for the tests and lets the batch-age, token-age and
+heat-map charts zoom to raw steps (:mod:`.zoom`); with scripts off the static charts are
+the page.  Nothing is fetched.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 exponents, round bin edges, the step width of a bar or heat-map column, the heat map's
 colours and a time axis's unit.
 
-The page's zoom script (``zoom.js``) redraws three charts in the browser by the same
+The page's zoom script (``draw.js``) redraws three charts in the browser by the same
 rules, written a second time in JavaScript; ``tests/test_report_zoom.py`` runs that script
 in headless Chromium and checks both give the same ticks, labels, edges and widths.  A
 change here needs its twin there.

@@ -3,9 +3,10 @@ beside the chart as compact JSON columns, the drawing constants, and the script 
 
 The batch-age, token-age and heat-map charts zoom to a step range (drag across the plot,
 click a bin, or type the range); the script (``zoom.js``) redraws the zoomed chart by the
-rules of :mod:`.scale` and :mod:`.frame`, from these columns.  Steps and times are stored
-as differences from the previous value (mostly ``1`` and a few digits), which keeps the
-1M-line bench trace's three charts' data at about 0.6 MB.
+rules of :mod:`.scale` and :mod:`.frame` (``draw.js``), from these columns.  Steps and
+times are stored as differences from the one before (mostly ``1`` and two digits): on the
+1M-line bench trace (12,819 steps) the three charts' columns are 0.74 MB of the 4.05 MB
+page (batch age 0.18, token shares 0.24, histograms 0.32).
 """
 
 from __future__ import annotations
@@ -181,5 +182,8 @@ def config_tag() -> str:
 
 
 def script() -> str:
-    """The zoom script's source."""
-    return resources.files(__package__).joinpath("zoom.js").read_text(encoding="utf-8")
+    """The zoom script: ``draw.js`` and ``zoom.js`` in one function of their own (nothing
+    but ``window.otelRollout`` reaches the page's scope)."""
+    here = resources.files(__package__)
+    parts = [here.joinpath(name).read_text(encoding="utf-8") for name in ("draw.js", "zoom.js")]
+    return '(function () {\n"use strict";\n' + "".join(parts) + "})();\n"
