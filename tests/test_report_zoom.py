@@ -19,10 +19,10 @@ from cdp import Page, browser
 from otel_rollout.batch_age import batch_age_by_step
 from otel_rollout.reader import read_events
 from otel_rollout.render import frame, scale, svg, zoom
-from otel_rollout.render.fields import AGE_LABELS, iso_utc
+from otel_rollout.render.fields import AGE_LABELS, Style, iso_utc
 from otel_rollout.render.html import write_html
 from otel_rollout.report import collect_file
-from otel_rollout.testing import synthetic_trace
+from otel_rollout.testing import TraceBuilder, synthetic_trace
 
 W = frame.W
 
@@ -380,3 +380,27 @@ class TestPage:
             assert len(drawn) == 6 and all(drawn)
             assert page.eval("document.querySelectorAll('.zoom').length") == 0
             assert page.eval("typeof window.otelRollout") == "undefined"
+
+    def test_a_run_id_that_closes_the_script_does_not_break_the_page(self, tmp_path):
+        """Run IDs with ``</script>`` and ``<!--`` in them (shown whole: --full-ids) stay
+        inside the embedded data: the page loads, every chart zooms, and the zoomed legend
+        names the runs as written."""
+        b = TraceBuilder(run_id="</script><!--a")
+        for n in range(3):
+            b.sealed_group(f"g{n}", {n: 10})
+            b.step(n, n + 1, [f"g{n}"])
+        b.new_run("</SCRIPT>b", gap=2.0)
+        b.sealed_group("h", {3: 10})
+        b.step(3, 4, ["h"])
+        path = tmp_path / "report.html"
+        with open(path, "w") as out:
+            write_html(collect_file(b.write(tmp_path / "t.jsonl")), out, Style(full_ids=True))
+        with browser(tmp_path) as page:
+            page.open(path.as_uri())
+            assert sorted(page.eval("Object.keys(window.otelRollout.zoom)")) == sorted(
+                zoom.ZOOMABLE
+            )
+            page.eval("window.otelRollout.zoom['batch-age'].zoomTo(1, 3)")
+            legend = [t for t in features(drawn(page, "batch-age"))["legend"] if t]
+            assert legend[:2] == ["run 1 (</script><!--a)", "run 2 (</SCRIPT>b)"]
+            no_errors(page)

@@ -147,7 +147,8 @@ def _columns(name: str, data: ReportData, style: Style) -> dict[str, Any]:
 
 
 def _tag(attrs: str, value: Any) -> str:
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False).replace("</", "<\\/")
+    # no "<" at all inside the element: neither "</script>" nor "<!--" can end or bend it
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False).replace("<", "\\u003c")
     return f'<script type="application/json" {attrs}>{text}</script>'
 
 
