@@ -91,6 +91,12 @@ class Page:
             self.mouse("moved", x0 + (x1 - x0) * k / steps, y, 1)
         self.mouse("released", x1, y)
 
+    def enter(self) -> None:
+        """Press and release the Enter key in the focused element."""
+        for kind in ("keyDown", "keyUp"):
+            self.call("Input.dispatchKeyEvent", type=kind, key="Enter", code="Enter",
+                      windowsVirtualKeyCode=13)  # fmt: skip
+
     def click(self, x: float, y: float) -> None:
         self.mouse("moved", x, y)
         self.mouse("pressed", x, y, 1)

@@ -264,7 +264,8 @@ class TestZoom:
 
     def test_a_typed_range_zooms_token_age_as_svg_py_draws_it(self, multi, tmp_path):
         """Typing a step range and pressing Zoom redraws the token-age bars one a step,
-        equal to svg.stacked_bars of the file's steps in that range."""
+        equal to svg.stacked_bars of the file's steps in that range; Enter in a box zooms
+        too."""
         trace, path = multi
         rows = [(r.step, [r.tokens_by_age.get(a, 0) for a in (0, 1, 2, 3)])
                 for r in collect_file(trace).step_ages]  # fmt: skip
@@ -289,6 +290,11 @@ class TestZoom:
                                     AGE_LABELS, x_label=x_label, y_label=y_label)  # fmt: skip
             got = features(drawn(page, "token-age"))
             assert got == features(want) and len({m[3] for m in got["marks"]}) == 134
+            page.eval("(function (e) { e.focus(); e.select(); })"
+                      "(document.querySelector('#token-age + .zoom .zoom-from'))")  # fmt: skip
+            page.call("Input.insertText", text="250")
+            page.enter()
+            assert zoomed(page, "token-age") == (250, 333)
             no_errors(page)
 
     def test_a_drag_and_a_click_zoom_the_heat_map(self, multi, tmp_path):

@@ -112,6 +112,10 @@ function heatColor(share) {
   return out;
 }
 
+// The least and most of an array (Math.min.apply fails past ~100k values).
+function least(a) { var m = Infinity; for (var i = 0; i < a.length; i++) if (a[i] < m) m = a[i]; return m; }
+function most(a) { var m = -Infinity; for (var i = 0; i < a.length; i++) if (a[i] > m) m = a[i]; return m; }
+
 function quantile(sorted, q) { return sorted[Math.max(0, Math.ceil(q * sorted.length) - 1)]; }
 
 function binPoints(points, edges) { // points x-sorted [x, y, key]; the p10-p90 band
@@ -215,11 +219,11 @@ function bandChart(o) { // o: title, series [{name, color, pts}], markers, xLabe
   o.series.forEach(function (s) { all = all.concat(s.pts); });
   if (!all.length) return empty(o.title, o.xLabel, o.yLabel);
   var xs = all.map(function (p) { return p[0]; }), ys = all.map(function (p) { return p[1]; });
-  var xMin = Math.min.apply(null, xs), xMax = Math.max.apply(null, xs);
+  var xMin = least(xs), xMax = most(xs);
   o.markers.forEach(function (m) { xMin = Math.min(xMin, m[0]); xMax = Math.max(xMax, m[0]); });
   var raw = all.length <= C.RAW_LIMIT, xa = axisOf(xMin, xMax, C.X0, C.X1, 6, true, 0);
-  var edges = raw ? [] : binEdges(xMin, xMax, C.MAX_BINS), yTop = Math.max.apply(null, ys);
-  var ya = axisOf(Math.min(0, Math.min.apply(null, ys)), yTop || 1, C.Y1, C.Y0, 5, false, 0);
+  var edges = raw ? [] : binEdges(xMin, xMax, C.MAX_BINS), yTop = most(ys);
+  var ya = axisOf(Math.min(0, least(ys)), yTop || 1, C.Y1, C.Y0, 5, false, 0);
   var body = grid(xa, ya), items = [];
   o.markers.forEach(function (m) {
     var x = f1(xa.at(m[0]));

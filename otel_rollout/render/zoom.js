@@ -26,7 +26,7 @@ function batchAge(d) {
       });
       var secs = [];
       series.forEach(function (s) { s.pts.forEach(function (p) { secs.push(p[0]); }); });
-      var lo = Math.min.apply(null, secs), hi = Math.max.apply(null, secs);
+      var lo = least(secs), hi = most(secs);
       var u = timeUnit(secs.length ? hi - lo : 0), unit = u[0];
       var when = function (x) { return isoUtc(d.t0 + x * unit); };
       series.forEach(function (s) {
@@ -106,7 +106,7 @@ var KINDS = { "batch-age": batchAge, "token-age": tokenAge, "age-heatmap": ageHe
 
 function Zoom(svg, d) {
   var self = this, chart = KINDS[svg.id](d), original = svg.innerHTML;
-  var first = Math.min.apply(null, chart.keys), last = Math.max.apply(null, chart.keys);
+  var first = least(chart.keys), last = most(chart.keys);
   var view = { width: chart.full, unit: d.unit }, drag = null, sel = null;
   var box = document.createElement("div");
   box.className = "zoom";
@@ -183,7 +183,7 @@ function Zoom(svg, d) {
     if (!dom) return;
     var val = function (x) { return dom[0] + (x - C.X0) * (dom[1] - dom[0]) / (C.X1 - C.X0); };
     var found = chart.pick(val(Math.min(done.x0, done.x1)), val(Math.max(done.x0, done.x1)), view);
-    if (found.length) self.zoomTo(Math.min.apply(null, found), Math.max.apply(null, found));
+    if (found.length) self.zoomTo(least(found), most(found));
   });
 }
 
