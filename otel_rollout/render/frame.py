@@ -105,6 +105,7 @@ def grid(
 
 
 def chart(chart_id: str, title: str, body: list[str], x_label: str, y_label: str) -> str:
+    """The chart's ``<svg>``: a white picture with its title, ``body`` and axis labels."""
     mid_y = (PLOT_Y0 + PLOT_Y1) / 2
     return (
         f'<svg class="chart" id="{escape(chart_id)}" viewBox="0 0 {W} {H}" role="img" '
@@ -120,6 +121,7 @@ def chart(chart_id: str, title: str, body: list[str], x_label: str, y_label: str
 
 
 def empty(chart_id: str, title: str, x_label: str, y_label: str, text: str = "no data") -> str:
+    """A chart with nothing to draw: ``text`` where the plot would be."""
     body = [
         f'<text x="{(PLOT_X0 + PLOT_X1) / 2}" y="{H / 2}" text-anchor="middle" class="empty">'
         f"{escape(text)}</text>"
