@@ -67,6 +67,19 @@ class Page:
             raise RuntimeError(found["exceptionDetails"])
         return found["result"].get("value")
 
+    def box(self, element_id: str) -> dict[str, float]:
+        """Where element ``element_id`` is in the window (``x``, ``y``, ``w``), scrolled
+        into view."""
+        return self.eval(
+            "(function (e) { e.scrollIntoView({block: 'center'});"
+            " var r = e.getBoundingClientRect(); return {x: r.left, y: r.top, w: r.width}; })"
+            f"(document.getElementById('{element_id}'))"
+        )
+
+    def outer(self, element_id: str) -> str:
+        """Element ``element_id`` as the browser serialises it now."""
+        return self.eval(f"document.getElementById('{element_id}').outerHTML")
+
     def open(self, url: str) -> None:
         """Load ``url`` and wait for its load event."""
         self.loaded = False

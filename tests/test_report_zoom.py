@@ -78,18 +78,6 @@ def features(drawing: str) -> dict[str, list[Any]]:
             "title": texts("title"), "marks": marks}  # fmt: skip
 
 
-def box(page: Page, chart: str) -> dict[str, float]:
-    """The chart's place in the window, scrolled into view."""
-    return page.eval(
-        "(function (e) { e.scrollIntoView({block: 'center'}); var r = e.getBoundingClientRect();"
-        f" return {{x: r.left, y: r.top, w: r.width}}; }})(document.getElementById('{chart}'))"
-    )
-
-
-def drawn(page: Page, chart: str) -> str:
-    return page.eval(f"document.getElementById('{chart}').outerHTML")
-
-
 def zoomed(page: Page, chart: str) -> tuple[int, int]:
     a, b = page.eval(f"document.getElementById('{chart}').getAttribute('data-zoom')").split()
     return int(a), int(b)
@@ -128,7 +116,7 @@ def age_reference(d: dict[str, Any], a: int, b: int) -> str:
 def drag_batch_age(page: Page, html: str, left: float, right: float) -> tuple[int, int]:
     """Drag across the batch-age plot from ``left`` to ``right`` (shares of the plot's
     width); the steps of the points under the drag, by the static chart's axis."""
-    r = box(page, "batch-age")
+    r = page.box("batch-age")
     scale_px = r["w"] / W
     x0 = frame.PLOT_X0 + left * (frame.PLOT_X1 - frame.PLOT_X0)
     x1 = frame.PLOT_X0 + right * (frame.PLOT_X1 - frame.PLOT_X0)
@@ -157,7 +145,7 @@ def check_dots(page: Page, trace: Path, a: int, b: int) -> None:
     dots = re.findall(
         r"<title>run (\d+) \([^)]*\), step ([\d,]+) at [^:]+:\d\d:[\d.]+Z: batch age ([-\d.]+) "
         r"updates</title>",
-        drawn(page, "batch-age"),
+        page.outer("batch-age"),
     )
     latest: dict[int, tuple[int, float]] = {}
     for run, step, age in dots:
@@ -227,10 +215,10 @@ class TestZoom:
         html = path.read_text()
         with browser(tmp_path) as page:
             page.open(path.as_uri())
-            assert 'class="mark pt"' not in drawn(page, "batch-age")  # binned before
+            assert 'class="mark pt"' not in page.outer("batch-age")  # binned before
             a, b = drag_batch_age(page, html, 0.35, 0.6)
             assert 50 < b - a < svg.RAW_LIMIT
-            shown = drawn(page, "batch-age")
+            shown = page.outer("batch-age")
             assert shown.count('class="mark pt"') > 50 and 'class="mark band"' not in shown
             check_dots(page, trace, a, b)
             assert features(shown) == features(age_reference(columns(html, "batch-age"), a, b))
@@ -242,8 +230,8 @@ class TestZoom:
         trace, path = multi
         with browser(tmp_path) as page:
             page.open(path.as_uri())
-            static = drawn(page, "batch-age")
-            r = box(page, "batch-age")
+            static = page.outer("batch-age")
+            r = page.box("batch-age")
             hover = page.eval(
                 "(function () { var h = document.querySelectorAll('#batch-age .mark.hover')[40];"
                 " var b = h.getBoundingClientRect(); return [b.left + b.width / 2, b.top + 20,"
@@ -259,7 +247,7 @@ class TestZoom:
                 " return [b.left + b.width / 2, b.top + b.height / 2]; })()"
             )
             page.click(*reset)
-            assert drawn(page, "batch-age") == static and r["w"] > 0
+            assert page.outer("batch-age") == static and r["w"] > 0
             no_errors(page)
 
     def test_a_typed_range_zooms_token_age_as_svg_py_draws_it(self, multi, tmp_path):
@@ -271,7 +259,7 @@ class TestZoom:
                 for r in collect_file(trace).step_ages]  # fmt: skip
         with browser(tmp_path) as page:
             page.open(path.as_uri())
-            box(page, "token-age")
+            page.box("token-age")
             for field, value in (("from", 200), ("to", 333)):
                 page.eval(
                     f"(function (e) {{ e.focus(); e.select(); }})"
@@ -288,7 +276,7 @@ class TestZoom:
             title, x_label, y_label = zoom.ZOOMABLE["token-age"]
             want = svg.stacked_bars("token-age", title, [r for r in rows if 200 <= r[0] <= 333],
                                     AGE_LABELS, x_label=x_label, y_label=y_label)  # fmt: skip
-            got = features(drawn(page, "token-age"))
+            got = features(page.outer("token-age"))
             assert got == features(want) and len({m[3] for m in got["marks"]}) == 134
             page.eval("(function (e) { e.focus(); e.select(); })"
                       "(document.querySelector('#token-age + .zoom .zoom-from'))")  # fmt: skip
@@ -312,7 +300,7 @@ class TestZoom:
 
         with browser(tmp_path) as page:
             page.open(path.as_uri())
-            r = box(page, "age-heatmap")
+            r = page.box("age-heatmap")
             s = r["w"] / W
             page.drag(r["x"] + 300 * s, r["x"] + 500 * s, r["y"] + 100 * s)
             a, b = zoomed(page, "age-heatmap")
@@ -327,7 +315,7 @@ class TestZoom:
 
             under, inner = crossed(300 - 1 / s, 500 + 1 / s), crossed(300 + 1 / s, 500 - 1 / s)
             assert min(under) <= a <= min(inner) and max(inner) <= b <= max(under)
-            assert features(drawn(page, "age-heatmap")) == want(a, b)
+            assert features(page.outer("age-heatmap")) == want(a, b)
             cell = page.eval(
                 "(function () { var c = document.querySelectorAll('#age-heatmap .mark.cell')[10];"
                 " var b = c.getBoundingClientRect(); return [b.left + b.width / 2,"
@@ -336,7 +324,7 @@ class TestZoom:
             page.click(cell[0], cell[1])
             a, b = zoomed(page, "age-heatmap")
             assert [a, b] == [int(k) for k in cell[2].split()]
-            assert features(drawn(page, "age-heatmap")) == want(a, b)
+            assert features(page.outer("age-heatmap")) == want(a, b)
             no_errors(page)
 
     def test_the_demo_page_zooms(self, demo_page, tmp_path):
@@ -348,7 +336,7 @@ class TestZoom:
             page.open(path.as_uri())
             a, b = drag_batch_age(page, html, 0.2, 0.7)
             check_dots(page, trace, a, b)
-            assert features(drawn(page, "batch-age")) == features(
+            assert features(page.outer("batch-age")) == features(
                 age_reference(columns(html, "batch-age"), a, b)
             )
             no_errors(page)
@@ -418,6 +406,6 @@ class TestPage:
                 zoom.ZOOMABLE
             )
             page.eval("window.otelRollout.zoom['batch-age'].zoomTo(1, 3)")
-            legend = [t for t in features(drawn(page, "batch-age"))["legend"] if t]
+            legend = [t for t in features(page.outer("batch-age"))["legend"] if t]
             assert legend[:2] == ["run 1 (</script><!--a)", "run 2 (</SCRIPT>b)"]
             no_errors(page)
