@@ -13,6 +13,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -27,6 +28,19 @@ settings.load_profile("ci" if os.environ.get("CI") == "true" else "dev")
 
 # Export sidecars that tests start leave a second after their run, not thirty.
 os.environ.setdefault("OTEL_ROLLOUT_SIDECAR_LINGER", "1")
+
+
+@pytest.fixture(scope="session")
+def demo_trace(tmp_path_factory) -> Path:
+    """The demo's trace (24 steps, two kills and restores), made once a session."""
+    tmp = tmp_path_factory.mktemp("demo")
+    proc = subprocess.run(
+        [sys.executable, "-m", "otel_rollout", "demo", "--log-dir", str(tmp / "run"), "--quiet",
+         "--speed", "1000"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return tmp / "run" / "rollout_trace.jsonl"
 
 
 @pytest.fixture

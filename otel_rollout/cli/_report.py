@@ -22,7 +22,9 @@ def add_parser(commands: Any) -> None:
             "Write one self-contained HTML file (no network fetches when opened): batch age "
             "per step with the stops and restores marked, the token-age distribution per "
             "step, a timeline of the runs (active, down, catching up), attempts in flight "
-            "over time, and the cost tables of 'otel-rollout cost'."
+            "over time, and the cost tables of 'otel-rollout cost'. In a browser the batch-age, "
+            "token-age and heat-map charts zoom to raw steps: drag across a plot, click a bin, "
+            "or type a step range under the chart (scripts off: the static charts)."
         ),
     )
     parser.add_argument("file", help="a rollout_trace.jsonl (or .jsonl.gz)")

@@ -5,8 +5,10 @@ distribution per step (shares by age, and the full histogram as a heat map),
 discard and stale rates by generation-length decile, a timeline of the runs
 (active, down, catching up), attempts in flight over time, the cost tables and
 the token ledger, and every step's batch age in a table.  Tables come from the field descriptions of
-:mod:`.fields`, as the text and JSON do.  The page has inline SVG and styles
-only; its one inline script records page errors for the tests.  Nothing is fetched.
+:mod:`.fields`, as the text and JSON do.  The page has inline SVG, styles and one inline
+script, which records page errors for the tests and lets the batch-age, token-age and
+heat-map charts zoom to raw steps (:mod:`.zoom`); with scripts off the static charts are
+the page.  Nothing is fetched.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any, TextIO
 from ..age import AGE_BUCKETS, StepAge
 from ..cost import CostReport
 from ..report import ReportData
-from . import svg
+from . import svg, zoom
 from .fields import (
     AGE_LABELS,
     BOUNDARY_FIELDS,
@@ -37,23 +39,11 @@ from .fields import (
     iso_utc,
     ledger_balance,
     ledger_rows,
-    short_run,
 )
 from .records import step_record
+from .scale import time_unit
 
 __all__ = ["CHROMIUM_FLAGS", "charts", "chromium", "render_html", "write_html", "write_pngs"]
-
-
-_TIME_UNITS = [(120.0, 1.0, "seconds"), (7200.0, 60.0, "minutes"), (172800.0, 3600.0, "hours")]
-
-
-def time_unit(span_s: float) -> tuple[float, str]:
-    """The unit a time axis of ``span_s`` seconds is written in: seconds up to two minutes,
-    minutes up to two hours, hours up to two days, then days."""
-    for limit, size, name in _TIME_UNITS:
-        if span_s <= limit:
-            return size, name
-    return 86400.0, "days"
 
 
 def charts(data: ReportData, style: Style = PLAIN, only: str | None = None) -> dict[str, str]:
@@ -65,7 +55,7 @@ def charts(data: ReportData, style: Style = PLAIN, only: str | None = None) -> d
 def _draw(name: str, data: ReportData, style: Style) -> str:
     t0 = data.t0 or 0.0
     runs = list(data.runs)
-    short = {r: f"run {n + 1} ({short_run(r, style)})" for n, r in enumerate(runs)}
+    short = zoom.run_labels(data, style)
     cost = data.cost or CostReport()
     t_end = max((span[1] for span in data.runs.values()), default=t0)
     unit, unit_name = time_unit(t_end - t0)
@@ -74,16 +64,8 @@ def _draw(name: str, data: ReportData, style: Style) -> str:
     def when(x: float) -> str:  # an x of a time axis, in words
         return iso_utc(t0 + x * unit)
 
-    markers = []
-    for b in cost.boundaries:
-        old, new = short_run(b.old_run, style), short_run(b.new_run, style)
-        markers.append(((b.stopped_at - t0) / unit, f"stop of run {old}", "#d62728"))
-        markers.append(((b.resumed_at - t0) / unit, f"restore: run {new}", "#2ca02c"))
-    marker_legend = (
-        [svg.LegendItem("stop", "#d62728", "dash"), svg.LegendItem("restore", "#2ca02c", "dash")]
-        if markers
-        else []
-    )
+    markers = [((t - t0) / unit, label, c) for t, label, c in zoom.stop_markers(data, style)]
+    marker_legend = zoom.MARKER_LEGEND if markers else []
     if name == "batch-age":
         series = [
             (
@@ -92,43 +74,29 @@ def _draw(name: str, data: ReportData, style: Style) -> str:
             )
             for r in runs
         ]
+        title, _, y_label = zoom.ZOOMABLE[name]
         return svg.band_chart(
             "batch-age",
-            "Batch age per step (mean per bin and p10–p90 when binned)",
+            title,
             series,
             x_label=x_label,
-            y_label="batch age (updates)",
+            y_label=y_label,
             x_text=when,
-            point_text=lambda run, p: (
-                f"{run}, step {p[2]:,} at {when(p[0])}: batch age {p[1]:.2f} updates"
-            ),
-            bin_text=lambda run, b: (
-                f"{run}, steps {b.k_first:,}–{b.k_last:,} ({b.n:,} steps) "
-                f"from {when(b.x_lo)} to {when(b.x_hi)}: batch age mean {b.mean:.2f}, "
-                f"p10 {b.low:.2f}, p90 {b.high:.2f} updates"
-            ),
+            point_text=zoom.age_point_text(when),
+            bin_text=zoom.age_bin_text(when),
             markers=markers,
             marker_legend=marker_legend,
             x_from=0.0,
         )
     if name == "token-age":
         rows = [(r.step, [r.tokens_by_age.get(a, 0) for a in AGE_BUCKETS]) for r in data.step_ages]
+        title, x_name, y_label = zoom.ZOOMABLE[name]
         return svg.stacked_bars(
-            "token-age",
-            "Share of each step's tokens by age (updates behind the trained version)",
-            rows,
-            AGE_LABELS,
-            x_label="training step",
-            y_label="share of tokens (%)",
+            "token-age", title, rows, AGE_LABELS, x_label=x_name, y_label=y_label
         )
     if name == "age-heatmap":
-        return svg.heat_map(
-            "age-heatmap",
-            "Token age histogram per step: share of the step's tokens at each age",
-            data.age_tokens,
-            x_label="training step",
-            y_label="token age (updates)",
-        )
+        title, x_name, y_label = zoom.ZOOMABLE[name]
+        return svg.heat_map("age-heatmap", title, data.age_tokens, x_label=x_name, y_label=y_label)
     if name == "length-bias":
         ratio = data.starvation
         if ratio is None:
@@ -217,12 +185,14 @@ h1{font-size:22px} h2{font-size:17px;margin-top:28px}
 .axis,.tick,.legend{font:11px sans-serif;fill:#333} .title{font:bold 13px sans-serif;fill:#222}
 .grid{stroke:#e6e6e6} .empty{font:13px sans-serif;fill:#777} .head{font-weight:bold}
 .caption{margin:2px 0 0} .hover:hover{fill:rgba(0,0,0,.06)}
-.chart circle.pt:hover{r:5}
+.chart circle.pt:hover{r:5} .chart.zoomable{cursor:crosshair}
+.zoom-sel{fill:rgba(31,119,180,.15);stroke:#1f77b4} .zoom{font-size:13px;margin:0 0 4px}
+.zoom input{width:7em}
 table{border-collapse:collapse;margin:8px 0} td,th{border:1px solid #ccc;padding:3px 8px}
 td.n{text-align:right;font-variant-numeric:tabular-nums} .muted{color:#777}
 """
 
-# Records page errors where a test (or a curious reader) can see them.
+# Records page errors where a test (or a curious reader) can see them; then the zoom.
 _SCRIPT = """
 window.__errors = [];
 window.addEventListener("error", function (e) { window.__errors.push(String(e.message)); });
@@ -291,13 +261,16 @@ def write_html(data: ReportData, out: TextIO, style: Style = PLAIN) -> None:
     out.write(
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         "<title>otel-rollout report</title>"
-        f"<style>{_STYLE}</style><script>{_SCRIPT}</script></head><body>"
+        f"<style>{_STYLE}</style><script>{_SCRIPT}{zoom.script()}</script></head><body>"
         f'<h1>Rollout stop/restore report</h1><p class="muted">{escape(data.source)} — '
         f"{len(data.runs)} runs, {len(cost.boundaries)} stops, {cost.steps:,} training steps</p>"
     )
+    out.write(zoom.config_tag())
     for chart_id, title in _CHARTS:
         out.write(f"<h2>{title}</h2>")
         out.write(charts(data, style, only=chart_id)[chart_id])
+        if chart_id in zoom.ZOOMABLE:
+            out.write(zoom.data_tag(chart_id, data, style))
         out.write(f'<p class="caption muted">{escape(caption(chart_id, data))}</p>')
     out.write("<h2>What each stop cost</h2>")
     out.write(_tables(cost, style))
