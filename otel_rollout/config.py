@@ -27,6 +27,7 @@ __all__ = [
     "RETRY_MAX_DELAY",
     "SETTINGS",
     "SIDECAR_LINGER",
+    "SPAN_HOLD",
     "Setting",
 ]
 
@@ -177,6 +178,17 @@ SIDECAR_LINGER: Setting[float] = Setting(
     zero_ok=True,
 )
 
+# An attempt's span ends before its group's (a group is sealed after its attempts), so under
+# span-first export nearly every attempt waits for its group: the bound is the attempts of
+# the groups open at once.  A held attempt's lines take about 1 KB here.
+SPAN_HOLD: Setting[int] = Setting(
+    "OTEL_ROLLOUT_SPAN_HOLD",
+    65_536,
+    int,
+    "Most attempt spans JsonlSpanExporter holds until their group's span is exported (so no "
+    "attempt line precedes its group's reserve); past it, the oldest are written and counted.",
+)
+
 SETTINGS: tuple[Setting, ...] = (
     QUEUE_SIZE,
     MAX_BATCH,
@@ -188,4 +200,5 @@ SETTINGS: tuple[Setting, ...] = (
     HANDLE_SIGTERM,
     EXPORT_MODE,
     SIDECAR_LINGER,
+    SPAN_HOLD,
 )
