@@ -44,6 +44,20 @@ def cli() -> Callable[..., subprocess.CompletedProcess[str]]:
     return run
 
 
+@pytest.fixture(scope="session")
+def demo_trace(tmp_path_factory):
+    """The trace ``otel-rollout demo`` writes: 24 steps, two runs killed with SIGKILL, each
+    resumed from its last checkpoint."""
+    tmp = tmp_path_factory.mktemp("demo")
+    proc = subprocess.run(
+        [sys.executable, "-m", "otel_rollout", "demo", "--log-dir", str(tmp / "run"), "--quiet",
+         "--speed", "1000"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return tmp / "run" / "rollout_trace.jsonl"
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     """This environment without OTEL_* settings, plus ``extra``; an export sidecar started
     under it lingers one second, not thirty, after its run (tests start many)."""

@@ -43,19 +43,11 @@ def report(trace: Path, page: Path) -> tuple[float, int | None]:
 
 
 @pytest.fixture(scope="session")
-def demo(tmp_path_factory):
+def demo(demo_trace, tmp_path_factory):
     """The demo's trace (24 steps, two kills and restores) and its page."""
-    tmp = tmp_path_factory.mktemp("demo")
-    proc = subprocess.run(
-        [sys.executable, "-m", "otel_rollout", "demo", "--log-dir", str(tmp / "run"), "--quiet",
-         "--speed", "1000"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    trace = tmp / "run" / "rollout_trace.jsonl"
-    page = tmp / "report.html"
-    report(trace, page)
-    return trace, page
+    page = tmp_path_factory.mktemp("demo-page") / "report.html"
+    report(demo_trace, page)
+    return demo_trace, page
 
 
 @pytest.fixture(scope="session")
