@@ -112,7 +112,9 @@ def span_events(span: ReadableSpan, convention: SpanConvention, run_id: str) -> 
         if end > start and "duration_s" in EVENTS[convention.single].optional:
             event.setdefault("duration_s", from_ns(end - start))
     else:
-        if convention.opens and "rollout.weight_version" in attrs:
+        # An attempt refused before it ran never had a version: its span is the refusal alone.
+        ran = span.name != "rollout.attempt" or "rollout.weight_version" in attrs
+        if convention.opens and ran:
             resumed = "rollout.resumed_tokens" in attrs and len(convention.opens) > 1
             line(convention.opens[-1] if resumed else convention.opens[0], start)
         for span_event in span.events:
