@@ -60,6 +60,29 @@ def emit_runs(events: list[dict], log: Path, provider: TracerProvider) -> None:
                 trace.emit(e["event"], **fields)
 
 
+@st.composite
+def counted_traces(draw: st.DrawFn) -> list[dict]:
+    """The ledger tests' random multi-run traces with token counts: seals carry tokens by
+    version, sealed attempts their calls, and refits cut some calls first."""
+    out: list[dict] = []
+    for e in draw(traces()):
+        e = dict(e)
+        if e["event"] == "group.seal":
+            counts = draw(st.dictionaries(st.integers(0, 5), st.integers(0, 300), max_size=3))
+            e["tokens_by_version"] = {str(v): n for v, n in counts.items()}
+            e["tokens"] = sum(counts.values())
+        elif e["event"] == "attempt.seal":
+            call, version = f"{e['attempt_id']}-c", draw(st.integers(0, 4))
+            e["calls"] = [[call, version, e["tokens"]]]
+            if draw(st.booleans()):
+                out.append({"run_id": e["run_id"], "event": "weights.sync",
+                            "replaced_version": version, "new_version": version + 1,
+                            "cuts": [[call, draw(st.integers(0, e["tokens"]))]],
+                            "duration_s": draw(st.sampled_from([0.0, 0.002]))})  # fmt: skip
+        out.append(e)
+    return out
+
+
 class TestTimes:
     @given(st.floats(min_value=2**23, max_value=2**33, allow_nan=False))
     def test_seconds_survive_nanoseconds_exactly(self, t):
@@ -114,7 +137,7 @@ class TestContract:
 
 class TestRoundTrip:
     @settings(max_examples=40)
-    @given(traces(), st.integers(1, 64))
+    @given(counted_traces(), st.integers(1, 64))
     def test_random_multi_run_traces(self, tmp_path_factory, events, batch):
         """Runs killed and resumed, emitted through RolloutTrace with spans on the SDK's batch
         processor: the span-first file has the same events at the same times, and the same
@@ -133,6 +156,18 @@ class TestRoundTrip:
         counts = exporter.counts()
         assert counts["lines_lost"] == counts["spans_malformed"] == counts["spans_held"] == 0
         assert counts["lines_written"] == len(spans)
+
+    def test_the_random_traces_have_batch_ages(self):
+        """The generator makes traces whose steps have batch ages (so the property can fail)."""
+        seen = []
+
+        @settings(max_examples=60)
+        @given(counted_traces())
+        def collect(events):
+            seen.append(bool(batch_age_by_step(events)))
+
+        collect()
+        assert sum(seen) >= 5, sum(seen)
 
     def test_the_demo_trace(self, demo_trace, tmp_path, cli):
         """The demo's file (two SIGKILLs, two resumes) through the span builder and the batch
