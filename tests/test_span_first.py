@@ -275,6 +275,32 @@ class TestExporter:
             ("run.start", "own"), ("checkpoint.publish", "own")]  # fmt: skip
         assert all(problems(e) == [] for e in events)
 
+    def test_concurrent_exports_write_whole_lines(self, tmp_path):
+        """Spans ended on four threads at once (each export on its own thread, as a
+        SimpleSpanProcessor does) all reach the file as whole, valid lines."""
+        import threading
+
+        exporter, provider, tracer = exporting(tmp_path / "s.jsonl")
+
+        def work(k: int) -> None:
+            for i in range(200):
+                attrs = {"rollout.step": i, "rollout.weight_version": k}
+                span(tracer, "rollout.checkpoint.publish", attrs, T + i, T + i)
+
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        provider.shutdown()
+        events = list(read_events(tmp_path / "s.jsonl"))
+        published = [e for e in events if e["event"] == "checkpoint.publish"]
+        assert sorted((e["weight_version"], e["step"]) for e in published) == [
+            (k, i) for k in range(4) for i in range(200)
+        ]
+        assert [e["event"] for e in events].count("run.start") == 1
+        assert exporter.counts()["lines_written"] == len(events) == 801
+
     def test_a_failing_file_is_counted_and_logged_once(self, caplog):
         """Writing to /dev/full loses every line: counted, one error logged, never raised."""
         exporter = JsonlSpanExporter("/dev/full")
