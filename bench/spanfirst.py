@@ -9,7 +9,8 @@ a sync, a checkpoint started and ended), made on the caller's thread by the
 package's own span builder.
 
 * caller's cost per event: ns per event of the realistic mix, median of
-  rounds of 1,000 (``measure.emit_cost``, the same loop as every emit row);
+  rounds of 1,000 (``measure.emit_cost``, the same loop as every emit row),
+  and the SDK's floor (a bare span started and ended);
 * ``kill -9``: a child runs the mix at 5,000 events/s and is killed; kill
   time minus the newest ``t`` in the file, and the share of the events it
   emitted that the file lacks.
@@ -118,10 +119,29 @@ def kill_once(path: Path, design: str, rate: float, run_for: float) -> tuple[flo
     return killed_at - newest, max(0.0, 1 - len(times) / max(emitted, 1))
 
 
+def sdk_floor_ns(tmp: Path, rounds: int) -> float:
+    """The SDK's floor: ns to start and end one span with no attributes, on a provider whose
+    batch processor holds the exporter (which ignores it); median of rounds of 1,000."""
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(JsonlSpanExporter(tmp / "floor.jsonl")))
+    tracer = provider.get_tracer("floor")
+    clock, samples = time.perf_counter_ns, []
+    for _ in range(rounds):
+        start = clock()
+        for _ in range(1000):
+            tracer.start_span("floor").end()
+        samples.append((clock() - start) / 1000)
+        time.sleep(0.0002)
+    provider.shutdown()
+    return statistics.median(samples)
+
+
 def figures(tmp: Path, rounds: int, kills: int) -> dict[str, Any]:
-    """Emit cost per design on the mix; the kill -9 figures of emit and span-first."""
+    """Emit cost per design on the mix, the SDK's floor; the kill -9 figures of emit and
+    span-first."""
     mix = with_otel.mixed_events(max(rounds * 1000 // 5, 20_000))
     out: dict[str, Any] = {"emit_ns": measure.emit_cost(tmp, DESIGNS, mix, rounds, tag="-sf")}
+    out["sdk_bare_span_ns"] = sdk_floor_ns(tmp, max(rounds // 4, 5))
     for design in ("emit", "span-first"):
         windows, lost = [], []
         for i in range(kills):
@@ -145,6 +165,10 @@ def report(f: dict[str, Any]) -> str:
         f"| caller ns/event, realistic mix (median) | {ns['yardstick']:,.0f} | "
         f"{ns['emit']:,.0f} | {ns['span-first']:,.0f} ({ratio:.0f}× emit) |",
     ]
+    rows.append(
+        f"| the SDK's floor: one span started and ended, no attributes, ns (median) | | | "
+        f"{f['sdk_bare_span_ns']:,.0f} |"
+    )
     e, s = f["kill_emit"], f["kill_span-first"]
     rows.append(
         f"| kill -9 at 5,000 events/s: newest event's age at the kill, ms (median; max) | | "
