@@ -213,10 +213,14 @@ def rows() -> list[AttributeRow]:
         for name, row in found.items():
             events = tuple(row["events"])
             if name in ARRAYS:
-                for attr in ARRAYS[name]:
-                    part = attr.rsplit(".", 1)[1]
-                    kind = _ARRAY_TYPES.get(part, "int[]")
-                    out.append(AttributeRow(span.name, attr, kind, (), f"{name}[…].{part}", events))
+                for i, attr in enumerate(ARRAYS[name]):
+                    kind = _ARRAY_TYPES.get(attr.rsplit(".", 1)[1], "int[]")
+                    where = (
+                        f"{name} {('keys', 'values')[i]}"
+                        if name == "tokens_by_version"
+                        else (f"{name}[n][{i}]")
+                    )
+                    out.append(AttributeRow(span.name, attr, kind, (), where, events))
                 continue
             attr, attr_type = attribute_name(name), _attribute_type(row["type"])
             out.append(AttributeRow(span.name, attr, attr_type, tuple(row["req"]), name, events))
