@@ -35,7 +35,6 @@ class TestBenchScript:
             assert row in proc.stdout
         assert out.exists()
 
-
     def test_span_first_rows(self, tmp_path):
         """--only spanfirst prints span-first beside emit and the yardstick, and the kill rows
         with a file that really lost something under span-first."""
