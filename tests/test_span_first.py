@@ -19,6 +19,7 @@ from test_ledger import naive_ledger, traces
 
 from otel_rollout import JsonlSpanExporter, batch_age_by_step, read_events, tokens_by_version
 from otel_rollout.cost import analyze
+from otel_rollout.exporters import COUNTS
 from otel_rollout.schema import problems
 from otel_rollout.span_contract import SPAN_ONLY, SPANS, from_ns, markdown_reference, rows, to_ns
 from otel_rollout.spans import SpanBuilder
@@ -267,6 +268,7 @@ class TestExporter:
                  T + 1, T + 1)  # fmt: skip
         provider.shutdown()
         counts = exporter.counts()
+        assert set(counts) <= set(COUNTS)  # every name it reports is documented
         assert counts["spans_ignored"] == 1 and counts["spans_malformed"] == 2
         assert caplog.text.count("makes no valid line") == 1
         assert "weight_version" in caplog.text
