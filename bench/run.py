@@ -225,12 +225,7 @@ def main() -> None:
         return
 
     if args.only == "spanfirst":
-        with tempfile.TemporaryDirectory() as d:
-            print("span-first: emit cost, then kill -9 ...", file=sys.stderr)
-            figures = {"spanfirst": spanfirst.figures(Path(d), rounds, 3 if args.quick else 10)}
-        print(spanfirst.report(figures["spanfirst"]))
-        if args.json:
-            args.json.write_text(json.dumps(figures, indent=2))
+        spanfirst.run(rounds, 3 if args.quick else 10, args.json)
         return
 
     if args.only == "read":

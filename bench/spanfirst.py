@@ -18,11 +18,13 @@ package's own span builder.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -136,7 +138,7 @@ def sdk_floor_ns(tmp: Path, rounds: int) -> float:
     return statistics.median(samples)
 
 
-def figures(tmp: Path, rounds: int, kills: int) -> dict[str, Any]:
+def figures_of(tmp: Path, rounds: int, kills: int) -> dict[str, Any]:
     """Emit cost per design on the mix, the SDK's floor; the kill -9 figures of emit and
     span-first."""
     mix = with_otel.mixed_events(max(rounds * 1000 // 5, 20_000))
@@ -180,3 +182,13 @@ def report(f: dict[str, Any]) -> str:
         f"{e['lost_pct_median']:.2f}% | {s['lost_pct_median']:.1f}% |"
     )
     return "\n".join(rows)
+
+
+def run(rounds: int, kills: int, json_path: Path | None) -> None:
+    """``bench/run.py --only spanfirst``: measure, print the table, keep the figures."""
+    with tempfile.TemporaryDirectory() as d:
+        print("span-first: emit cost, the SDK's floor, then kill -9 ...", file=sys.stderr)
+        figures = {"spanfirst": figures_of(Path(d), rounds, kills)}
+    print(report(figures["spanfirst"]))
+    if json_path is not None:
+        json_path.write_text(json.dumps(figures, indent=2))
