@@ -92,10 +92,11 @@ def _fields(kind: str, attrs: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def span_events(span: ReadableSpan, convention: SpanConvention, run_id: str) -> list[dict]:
-    """The JSONL lines of one rollout span, each at its recorded time; :class:`Malformed`
-    when a line would break the schema."""
-    attrs = dict(span.attributes or {})
+def span_events(
+    span: ReadableSpan, convention: SpanConvention, run_id: str, attrs: Mapping[str, Any]
+) -> list[dict]:
+    """The JSONL lines of one rollout span (whose attributes are ``attrs``), each at its
+    recorded time; :class:`Malformed` when a line would break the schema."""
     start, end = span.start_time, span.end_time
     if start is None or end is None:
         raise Malformed("the span has no start or end time")
@@ -124,10 +125,12 @@ def span_events(span: ReadableSpan, convention: SpanConvention, run_id: str) -> 
         closing = convention.closes.get(str(attrs.get("rollout.outcome")))
         if closing is not None:
             line(closing, end)
-    if out:  # fields beyond the contract: the span's last line keeps them, as readers do
-        extra = {k[8:]: v for k, v in attrs.items() if k.startswith("rollout.") and k not in _KNOWN}
-        for key, value in extra.items():
-            out[-1].setdefault(key, list(value) if isinstance(value, tuple) else value)
+    beyond = attrs.keys() - _KNOWN
+    if out and beyond:  # fields beyond the contract: the last line keeps them, as readers do
+        for key in beyond:
+            if key.startswith("rollout."):
+                value = attrs[key]
+                out[-1].setdefault(key[8:], list(value) if isinstance(value, tuple) else value)
     for event in out:
         # The readers' check in C; where it refuses (it cannot take every value of an "any"
         # field from Python), the validator's own words decide.
@@ -240,9 +243,9 @@ class JsonlSpanExporter(SpanExporter):
 
     # The work, under the lock.
 
-    def _run_id(self, span: ReadableSpan) -> str:
+    def _run_id(self, span: ReadableSpan, attrs: Mapping[str, Any]) -> str:
         resource = span.resource.attributes if span.resource is not None else {}
-        run = (span.attributes or {}).get(RUN_ATTRIBUTE)
+        run = attrs.get(RUN_ATTRIBUTE)
         if run is None:
             run = resource.get("service.instance.id")
         run = str(run) if run is not None else self._own_run
@@ -260,7 +263,8 @@ class JsonlSpanExporter(SpanExporter):
             self._counts["spans_ignored"] += 1
             return
         try:
-            events = span_events(span, convention, self._run_id(span))
+            attrs = dict(span.attributes or {})  # one copy: the SDK's mapping is slow to read
+            events = span_events(span, convention, self._run_id(span, attrs), attrs)
         except (Malformed, ValueError, TypeError, AttributeError) as exc:
             self._counts["spans_malformed"] += 1
             if self._counts["spans_malformed"] == 1:
@@ -271,7 +275,7 @@ class JsonlSpanExporter(SpanExporter):
                     exc,
                 )
             return
-        group = str((span.attributes or {}).get("rollout.group_id"))
+        group = str(attrs.get("rollout.group_id"))
         if span.name == "rollout.group":
             self._groups[group] = None
             if len(self._groups) > _GROUPS_REMEMBERED:
