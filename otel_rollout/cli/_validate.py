@@ -25,7 +25,8 @@ def add_parser(commands: Any) -> None:
             "the fields every line carries, each event kind's required fields and their types. "
             "Reports each problem with its line number and exits 1 when there is any error. "
             "Unknown event kinds and torn lines left by killed writers (the last line, or a "
-            "line a resumed run's run.start follows) are warnings."
+            "line a resumed run's run.start follows) are warnings. With --from-spans (a file "
+            "JsonlSpanExporter wrote from spans), also the order that promises."
         ),
     )
     parser.add_argument("file", help="a rollout_trace.jsonl (or .jsonl.gz)")
