@@ -34,6 +34,7 @@ sys.path.insert(0, str(HERE))
 import controller  # noqa: E402
 import measure  # noqa: E402
 import read_side  # noqa: E402
+import spanfirst  # noqa: E402
 import watch  # noqa: E402
 import with_otel  # noqa: E402
 from yardstick import PlainWriter, plain_read  # noqa: E402
@@ -178,9 +179,7 @@ def reader_throughput(path: Path, lines: int) -> dict[str, float]:
         "yardstick batch age (loads every line)": timed(
             lambda: batch_age_by_step(plain_read(path))
         ),
-        "batch_age_by_step(read_events(path))": timed(
-            lambda: batch_age_by_step(read_events(path))
-        ),
+        "batch_age_by_step(read_events(path))": timed(lambda: batch_age_by_step(read_events(path))),
         "yardstick cost (loads every line)": timed(lambda: analyze(plain_read(path))),
         "cost": timed(lambda: analyze_file(path)),
     }
@@ -251,9 +250,10 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument(
         "--only",
-        choices=["fsync", "read", "watch"],
+        choices=["fsync", "read", "watch", "spanfirst"],
         help="measure only this part (fsync: the cost of syncing; read: the read commands; "
-        "watch: the live view following a file growing at 10k events/s)",
+        "watch: the live view following a file growing at 10k events/s; spanfirst: what "
+        "making the log from spans costs the caller, and loses at a kill -9)",
     )
     args = parser.parse_args()
     lines = args.lines or (20_000 if args.quick else 1_000_000)
@@ -273,6 +273,10 @@ def main() -> None:
         print(watch.report(figures["watch"]))
         if args.json:
             args.json.write_text(json.dumps(figures, indent=2))
+        return
+
+    if args.only == "spanfirst":
+        spanfirst.run(rounds, 3 if args.quick else 10, args.json)
         return
 
     if args.only == "read":

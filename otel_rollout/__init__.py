@@ -33,6 +33,10 @@ def __getattr__(name: str) -> object:
         from . import trace
 
         return getattr(trace, name)
+    if name == "JsonlSpanExporter":  # imports the OpenTelemetry SDK: only when asked for
+        from .span_exporter import JsonlSpanExporter
+
+        return JsonlSpanExporter
     raise AttributeError(f"module 'otel_rollout' has no attribute {name!r}")
 
 
@@ -44,6 +48,7 @@ __all__ = [
     "EventExporter",
     "EventReader",
     "JsonlExporter",
+    "JsonlSpanExporter",
     "OtelSettings",
     "RefitCuts",
     "RolloutTrace",

@@ -27,6 +27,7 @@ __all__ = [
     "RETRY_MAX_DELAY",
     "SETTINGS",
     "SIDECAR_LINGER",
+    "SPAN_HOLD",
     "WATCH_INTERVAL",
     "Setting",
 ]
@@ -180,7 +181,6 @@ SIDECAR_LINGER: Setting[float] = Setting(
 )
 
 
-
 def _seconds(raw: str) -> float:
     """A finite number of seconds (NaN and infinity are no interval)."""
     value = float(raw)
@@ -198,6 +198,18 @@ WATCH_INTERVAL: Setting[float] = Setting(
     "Seconds between refreshes of 'otel-rollout watch' (its --interval wins).",
 )
 
+
+# An attempt's span ends before its group's (a group is sealed after its attempts), so under
+# span-first export nearly every attempt waits for its group: the bound is the attempts of
+# the groups open at once.  A held attempt's lines take about 1 KB here.
+SPAN_HOLD: Setting[int] = Setting(
+    "OTEL_ROLLOUT_SPAN_HOLD",
+    65_536,
+    int,
+    "Most attempt spans JsonlSpanExporter holds until their group's span is exported (so no "
+    "attempt line precedes its group's reserve); past it, the oldest are written and counted.",
+)
+
 SETTINGS: tuple[Setting, ...] = (
     QUEUE_SIZE,
     MAX_BATCH,
@@ -210,4 +222,5 @@ SETTINGS: tuple[Setting, ...] = (
     EXPORT_MODE,
     SIDECAR_LINGER,
     WATCH_INTERVAL,
+    SPAN_HOLD,
 )

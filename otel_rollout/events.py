@@ -155,6 +155,23 @@ def _int_keys(value: dict[str, Any]) -> dict[str, Any]:
     return {**value, "tokens_by_version": converted}
 
 
+#: Fields kept as raw JSON (the schema's "any"): from Python they are encoded to it first.
+_RAW = frozenset(
+    name
+    for spec in schema.EVENTS.values()
+    for fields in (spec.required, spec.optional)
+    for name, ftype in fields.items()
+    if ftype.shape is msgspec.Raw
+)
+
+
+def _raw_fields(value: dict[str, Any]) -> dict[str, Any]:
+    """``value`` with its "any" fields as ``msgspec.Raw``, which msgspec cannot make from a
+    Python object itself (an ``attempt.resume``'s ``snapshot`` path, say)."""
+    raw = {k: msgspec.Raw(msgspec.json.encode(value[k])) for k in _RAW if k in value}
+    return {**value, **raw} if raw else value
+
+
 def from_object(value: Any) -> tuple[Any, str | None]:
     """As :func:`from_line`, for a parsed value (a dict from ``read_events``, say)."""
     if value.__class__ is dict:
@@ -175,6 +192,6 @@ def from_object(value: Any) -> tuple[Any, str | None]:
     if found:  # a kind this version does not know: nothing to read in it
         return None, None
     try:  # not strict: the schema's rules have passed, and version keys are strings here
-        return msgspec.convert(value, EVENT_TYPES[value["event"]], strict=False), None
-    except (msgspec.ValidationError, RecursionError) as exc:  # pragma: no cover - rules agree
+        return msgspec.convert(_raw_fields(value), EVENT_TYPES[value["event"]], strict=False), None
+    except (msgspec.ValidationError, RecursionError, TypeError) as exc:  # pragma: no cover
         return None, str(exc)

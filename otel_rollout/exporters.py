@@ -65,6 +65,13 @@ COUNTS: dict[str, str] = {
     "metric_exports_failed": "metric exports the backend refused, or that timed out",
     "events_oversized": "events written as their kind and time only, being too big",
     "log_syncs": "times the log was made durable on disk (fdatasync)",
+    # JsonlSpanExporter's (span-first): a SpanExporter of the SDK, not of the pipeline.
+    "spans_ignored": "spans that are not rollout spans",
+    "spans_malformed": "rollout spans that could make no valid line, skipped",
+    "spans_held": "attempt spans waiting for their group's span",
+    "spans_held_past_bound": "attempt spans written before their group's, past the hold",
+    "lines_written": "lines the file took",
+    "lines_lost": "lines the file could not take",
 }
 
 

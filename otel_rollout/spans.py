@@ -13,6 +13,10 @@ one built from the file a week later are the same.
   ``refit`` span event at the refit's time.
 * **train step**, **weight sync**, **checkpoint publish/restore**: spans of
   their own; a train step links to every group it trained.
+* a sealed group dropped later (``group.discard`` after its ``group.seal``) is an
+  instant ``rollout.group.discard`` span, a child of its group's span.
+
+:mod:`otel_rollout.span_contract` is the contract these spans follow.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ from typing import Any
 from opentelemetry import trace as otel_trace
 from opentelemetry.trace import Link, SpanContext, Status, StatusCode
 
+from .span_contract import ARRAYS, attribute_name, encode_arrays
+from .span_contract import to_ns as _ns
+
 __all__ = ["ERROR_REASONS", "SpanBuilder", "attributes"]
 
 _log = logging.getLogger("otel_rollout")
@@ -33,7 +40,6 @@ _log = logging.getLogger("otel_rollout")
 #: Reasons that mark an abandoned attempt or a discarded group as an error.
 ERROR_REASONS = frozenset({"error", "failed", "timeout", "crash"})
 
-_NS = 1_000_000_000
 #: Most open spans of a kind, group contexts (for links) and call cuts held at once.
 _MEMORY = 100_000
 
@@ -43,16 +49,14 @@ _SKIP = frozenset({"t", "event"})
 #: Fields a span already has from its start event; its end event only adds the rest.
 _IDENTITY = _SKIP | {"run_id", "group_id", "prompt_id", "attempt_id", "generation_index", "epoch"}
 _SCALARS = (str, int, float, bool)
-_NAMES: dict[str, str] = {"run_id": "rollout.run.id"}
-
-
-def _ns(t: float) -> int:
-    return round(t * _NS)
+_NAMES: dict[str, str] = {"run_id": attribute_name("run_id")}
 
 
 def attributes(event: dict[str, Any], skip: frozenset[str] = _SKIP) -> dict[str, Any]:
-    """An event's fields as span attributes: ``rollout.<field>``, with semantic-convention
-    names where one exists; nested values are summarized or kept as JSON text."""
+    """An event's fields as span attributes (:mod:`otel_rollout.span_contract`):
+    ``rollout.<field>``, with semantic-convention names where one exists; calls, cuts and
+    tokens by version as parallel arrays (calls and cuts counted too); other nested values
+    as JSON text."""
     attrs: dict[str, Any] = {}
     for key, value in event.items():
         if key in skip:
@@ -65,6 +69,10 @@ def attributes(event: dict[str, Any], skip: frozenset[str] = _SKIP) -> dict[str,
             attrs[name] = value
             if key in _SEMCONV:
                 attrs[_SEMCONV[key]] = value
+        elif key in ARRAYS and (arrays := encode_arrays(key, value)) is not None:
+            attrs.update(arrays)
+            if key in _SUMMARIZED:
+                attrs[_SUMMARIZED[key]] = len(value)
         elif cls is list and key in _SUMMARIZED:
             attrs[_SUMMARIZED[key]] = len(value)
         elif value is not None:
@@ -74,6 +82,8 @@ def attributes(event: dict[str, Any], skip: frozenset[str] = _SKIP) -> dict[str,
 
 def _sequence_or_json(value: Any) -> Any:
     """A list of one scalar type is an attribute as it is; anything else is JSON text."""
+    if isinstance(value, list) and not value:
+        return value  # an empty array (group_ids of a step that trained nothing)
     if (
         isinstance(value, list)
         and len({v.__class__ for v in value}) == 1
@@ -226,6 +236,8 @@ class SpanBuilder:
     def _group_end(self, event: dict[str, Any]) -> None:
         span = self._groups.pop(event["group_id"], None)
         if span is None:
+            if event["event"] == "group.discard":  # a sealed group dropped from the buffer
+                self._discard_sealed(event)
             return
         outcome = "sealed" if event["event"] == "group.seal" else "discarded"
         span.set_attributes({**attributes(event, _IDENTITY), "rollout.outcome": outcome})
@@ -233,6 +245,14 @@ class SpanBuilder:
             span.set_status(Status(StatusCode.ERROR, event["reason"]))
         if outcome == "sealed":
             self._remember(self._group_contexts, event["group_id"], span.get_span_context())
+        span.end(end_time=_ns(event["t"]))
+
+    def _discard_sealed(self, event: dict[str, Any]) -> None:
+        sealed = self._group_contexts.get(event["group_id"])
+        parent = otel_trace.NonRecordingSpan(sealed) if sealed is not None else None
+        span = self._start("rollout.group.discard", event, parent=parent)
+        if event.get("reason") in ERROR_REASONS:
+            span.set_status(Status(StatusCode.ERROR, event["reason"]))
         span.end(end_time=_ns(event["t"]))
 
     def _attempt_start(self, event: dict[str, Any]) -> None:

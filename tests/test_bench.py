@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,23 @@ class TestBenchScript:
         ):
             assert row in proc.stdout
         assert out.exists()
+
+    def test_span_first_rows(self, tmp_path):
+        """--only spanfirst prints span-first beside emit and the yardstick, and the kill rows
+        with a file that really lost something under span-first."""
+        out = tmp_path / "figures.json"
+        proc = subprocess.run(
+            [sys.executable, str(BENCH), "--quick", "--only", "spanfirst", "--json", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert "| measure | yardstick | emit | span-first |" in proc.stdout
+        assert "kill -9 at 5,000 events/s" in proc.stdout
+        figures = json.loads(out.read_text())["spanfirst"]
+        assert set(figures["emit_ns"]) == {"yardstick", "emit", "span-first"}
+        assert figures["kill_span-first"]["lost_pct_median"] > 0
 
 
 class TestFaultsScript:

@@ -8,15 +8,12 @@ import subprocess
 import sys
 
 import pytest
+from test_spans import ns
 
 from otel_rollout.reader import read_events
 from otel_rollout.testing import OtlpReceiver
 
 PROTOCOLS = ["grpc", "http/protobuf"]
-
-
-def ns(t: float) -> int:
-    return round(t * 1e9)
 
 
 def run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:

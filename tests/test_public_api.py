@@ -24,6 +24,7 @@ class TestAll:
                 "EventExporter",
                 "EventReader",
                 "JsonlExporter",
+                "JsonlSpanExporter",
                 "OtelSettings",
                 "RefitCuts",
                 "RolloutTrace",

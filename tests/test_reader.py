@@ -255,3 +255,18 @@ class TestTypedReading:
         reader = EventReader(path, as_type=Narrow, on_skip=lambda *a: None)
         assert all(isinstance(e, Narrow) for e in reader)
         assert reader.skipped <= reader.lines
+
+
+class TestEventsInMemory:
+    def test_a_resume_with_a_snapshot_is_read_from_a_dict_as_from_its_line(self):
+        """An attempt.resume whose snapshot is any JSON value is kept when the analyses are
+        given dicts (read_events' output), as when they read the line itself."""
+        from otel_rollout.events import from_line, from_object
+
+        for snapshot in ("/ckpt/rollouts/step_7.json", {"step": 7, "calls": [1, 2]}, None, 3):
+            event = {"t": 1.0, "run_id": "r", "event": "attempt.resume", "attempt_id": "a",
+                     "group_id": "g", "prompt_id": 1, "generation_index": 0,
+                     "weight_version": 8, "resumed_tokens": 141, "snapshot": snapshot}  # fmt: skip
+            typed, why = from_object(event)
+            assert why is None, why
+            assert typed == from_line(orjson.dumps(event))[0]

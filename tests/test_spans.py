@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from fractions import Fraction
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -18,7 +19,8 @@ from otel_rollout.trace import RolloutTrace
 
 
 def ns(t: float) -> int:
-    return round(t * 1e9)
+    """Nanoseconds the independent way: the exact product, rounded half up."""
+    return int((Fraction(t) * 10**9 + Fraction(1, 2)) // 1)
 
 
 def build(events):
@@ -144,7 +146,8 @@ class TestBuilder:
         assert spans["h"].attributes["rollout.ended_by"] == "trace.close"
 
     def test_attributes_namespace(self):
-        """Fields become rollout.* attributes; nested values are summarized or JSON text."""
+        """Fields become rollout.* attributes; calls and tokens by version parallel arrays (calls
+        counted too); other nested values JSON text."""
         attrs = attributes(
             {
                 "t": 1.0,
@@ -153,6 +156,7 @@ class TestBuilder:
                 "tokens": 5,
                 "calls": [["c", 1, 5]],
                 "tokens_by_version": {"1": 5},
+                "snapshot": {"k": 1},
             }
         )
         assert attrs == {
@@ -160,7 +164,12 @@ class TestBuilder:
             "rollout.tokens": 5,
             "gen_ai.usage.output_tokens": 5,
             "rollout.calls.count": 1,
-            "rollout.tokens_by_version": '{"1": 5}',
+            "rollout.calls.call_id": ["c"],
+            "rollout.calls.began_version": [1],
+            "rollout.calls.tokens": [5],
+            "rollout.tokens_by_version.version": [1],
+            "rollout.tokens_by_version.tokens": [5],
+            "rollout.snapshot": '{"k": 1}',
         }
 
     def test_closing_a_trace_ends_open_groups(self, tmp_path):

@@ -25,7 +25,8 @@ def add_parser(commands: Any) -> None:
             "the fields every line carries, each event kind's required fields and their types. "
             "Reports each problem with its line number and exits 1 when there is any error. "
             "Unknown event kinds and torn lines left by killed writers (the last line, or a "
-            "line a resumed run's run.start follows) are warnings."
+            "line a resumed run's run.start follows) are warnings. With --from-spans (a file "
+            "JsonlSpanExporter wrote from spans), also the order that promises."
         ),
     )
     parser.add_argument("file", help="a rollout_trace.jsonl (or .jsonl.gz)")
@@ -42,7 +43,38 @@ def add_parser(commands: Any) -> None:
         help="treat warnings (unknown kinds, torn lines) as errors",
     )
     parser.add_argument("--json", action="store_true", help="print each problem as a JSON line")
+    parser.add_argument(
+        "--from-spans",
+        action="store_true",
+        help="the file was written from spans (JsonlSpanExporter): also check that every run's "
+        "lines follow its run.start and that no attempt line precedes its group's group.reserve",
+    )
     parser.set_defaults(handler=run)
+
+
+class _SpanOrder:
+    """The order a file written from spans promises: each run's run.start first, and each
+    group's reserve before its attempts' lines."""
+
+    def __init__(self) -> None:
+        self.runs: set[str] = set()
+        self.groups: set[str] = set()
+
+    def check(self, event: dict[str, Any]) -> str | None:
+        kind, run = event["event"], event["run_id"]
+        if kind == "run.start":
+            self.runs.add(run)
+            return None
+        if run not in self.runs:
+            return f"a {kind} line of run {run} before that run's run.start"
+        if kind == "group.reserve":
+            self.groups.add(event["group_id"])
+        elif kind.startswith("attempt.") and event["group_id"] not in self.groups:
+            return (
+                f"{kind} of attempt {event['attempt_id']} before the group.reserve of its "
+                f"group {event['group_id']}"
+            )
+        return None
 
 
 class _Report:
@@ -94,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
     reader = trace_reader(args.file, on_skip=on_skip)
     kinds: Counter[str] = Counter()
     sealed: set[str] = set()  # groups sealed so far, for the steps that name them
+    order = _SpanOrder() if args.from_spans else None
     for lineno, event in reader.numbered():
         kind = event.get("event")
         if torn:
@@ -107,6 +140,9 @@ def run(args: argparse.Namespace) -> int:
             report.add(lineno, warn if problem.startswith(_UNKNOWN) else "error", problem)
         if found:
             continue
+        misplaced = order.check(event) if order is not None else None
+        if misplaced is not None:
+            report.add(lineno, "error", misplaced)
         if kind == "group.seal":
             sealed.add(event["group_id"])
         elif kind == "train.step":

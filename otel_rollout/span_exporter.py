@@ -1,0 +1,318 @@
+"""The canonical JSONL log from OpenTelemetry spans: a ``SpanExporter`` for the SDK's processors.
+
+A training stack that already makes rollout spans (following
+:mod:`otel_rollout.span_contract`) adds :class:`JsonlSpanExporter` to its own
+``TracerProvider`` through a ``BatchSpanProcessor`` and gets the same file
+``RolloutTrace`` writes, which every command of ``otel-rollout`` reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from . import config
+from .constants import ROLLOUT_TRACE_FILENAME
+from .events import from_object
+from .exporters import JsonlExporter
+from .schema import EVENTS, SCHEMA_VERSION, problems
+from .span_contract import (
+    ARRAYS,
+    KIND_ORDER,
+    RUN_ATTRIBUTE,
+    SPAN_ONLY,
+    SPANS,
+    SpanConvention,
+    attribute_name,
+    decode_arrays,
+    from_ns,
+    rows,
+)
+
+__all__ = ["JsonlSpanExporter", "span_events"]
+
+_log = logging.getLogger("otel_rollout")
+
+#: Group IDs remembered as exported, so that their late attempts are not held.
+_GROUPS_REMEMBERED = 1 << 17
+#: Attributes of the contract: the rest of a span's ``rollout.*`` go on its last line.
+_KNOWN = frozenset(
+    {r.attribute for r in rows()} | set(SPAN_ONLY) | {RUN_ATTRIBUTE, "rollout.call.id"}
+)
+_ARRAY, _TEXT, _PLAIN = 0, 1, 2
+
+
+def _plan(kind: str) -> tuple[tuple[str, str, int], ...]:
+    """Each field of a ``kind`` line: its name, its attribute, and how the value comes back."""
+    spec = EVENTS[kind]
+    plan = []
+    for name, ftype in (*spec.required.items(), *spec.optional.items()):
+        text = ftype.schema.get("type") in ("array", "object", None)
+        how = _ARRAY if name in ARRAYS else _TEXT if text else _PLAIN
+        plan.append((name, attribute_name(name), how))
+    return tuple(plan)
+
+
+#: Per kind: how its fields come from attributes (lists and objects may be JSON text).
+_PLANS = {kind: _plan(kind) for kind in EVENTS}
+
+
+class Malformed(ValueError):
+    """A rollout span whose attributes cannot make a valid line."""
+
+
+def _fields(kind: str, attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of one ``kind`` line that the span's attributes carry."""
+    out: dict[str, Any] = {}
+    for name, attr, how in _PLANS[kind]:
+        if how == _ARRAY:
+            value = decode_arrays(name, attrs)
+        else:
+            value = attrs.get(attr)
+            if value.__class__ is tuple:
+                value = list(value)
+            elif how == _TEXT and value.__class__ is str:
+                # JSON text only if it parses; the validator names what is wrong
+                with contextlib.suppress(ValueError):
+                    value = json.loads(value)
+        if value is not None:
+            out[name] = value
+    return out
+
+
+def span_events(
+    span: ReadableSpan, convention: SpanConvention, run_id: str, attrs: Mapping[str, Any]
+) -> list[dict]:
+    """The JSONL lines of one rollout span (whose attributes are ``attrs``), each at its
+    recorded time; :class:`Malformed` when a line would break the schema."""
+    start, end = span.start_time, span.end_time
+    if start is None or end is None:
+        raise Malformed("the span has no start or end time")
+    out: list[dict[str, Any]] = []
+
+    def line(kind: str, t_ns: int, **extra: Any) -> dict[str, Any]:
+        event = {"t": from_ns(t_ns), "run_id": run_id, "event": kind}
+        event.update(_fields(kind, attrs), **extra)
+        out.append(event)
+        return event
+
+    if convention.single is not None:
+        event = line(convention.single, end)
+        if end > start and "duration_s" in EVENTS[convention.single].optional:
+            event.setdefault("duration_s", from_ns(end - start))
+    else:
+        # An attempt refused before it ran never had a version: its span is the refusal alone.
+        ran = span.name != "rollout.attempt" or "rollout.weight_version" in attrs
+        if convention.opens and ran:
+            resumed = "rollout.resumed_tokens" in attrs and len(convention.opens) > 1
+            line(convention.opens[-1] if resumed else convention.opens[0], start)
+        for span_event in span.events:
+            kind = convention.span_events.get(span_event.name)
+            if kind is not None:
+                line(kind, span_event.timestamp)
+        closing = convention.closes.get(str(attrs.get("rollout.outcome")))
+        if closing is not None:
+            line(closing, end)
+    beyond = attrs.keys() - _KNOWN
+    if out and beyond:  # fields beyond the contract: the last line keeps them, as readers do
+        for key in beyond:
+            if key.startswith("rollout."):
+                value = attrs[key]
+                out[-1].setdefault(key[8:], list(value) if isinstance(value, tuple) else value)
+    for event in out:
+        # The readers' check in C; where it refuses (it cannot take every value of an "any"
+        # field from Python), the validator's own words decide.
+        if from_object(event)[1] is not None:
+            found = [p for p in problems(event) if not p.startswith("unknown event kind")]
+            if found:
+                raise Malformed(f"{event['event']}: {'; '.join(found)}")
+    return out
+
+
+def _order(event: dict[str, Any]) -> tuple[float, int]:
+    return event["t"], KIND_ORDER.get(event["event"], len(KIND_ORDER))
+
+
+class JsonlSpanExporter(SpanExporter):
+    """Writes the canonical JSONL log (schema 1) from rollout spans, through :class:`JsonlExporter`.
+
+    ``path`` is a file or a directory (which gets ``rollout_trace.jsonl``).
+    Each export writes the lines of its spans in time order with one write.
+    A ``run.start`` line opens every run the first time one of its spans is
+    written; the run is the span's ``rollout.run.id``, else its resource's
+    ``service.instance.id``, else one ID this exporter makes.  An attempt
+    span whose group's span was not exported yet is held until it is, so
+    that no attempt line precedes its group's ``group.reserve``: at most
+    ``hold`` attempt spans (``OTEL_ROLLOUT_SPAN_HOLD``); past that the oldest
+    are written as they are and counted, as are those still held at shutdown.
+
+    Never raises into the SDK.  Spans that are not rollout spans are
+    ignored and counted; a rollout span that cannot make a valid line is
+    counted and skipped (the first one is logged).  Lines the file could not
+    take are counted, and the file's fault is logged once, as the log's.
+    """
+
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        hold: int | None = None,
+        fsync_interval: float | None = None,
+    ) -> None:
+        target = Path(path)
+        if target.is_dir():
+            target = target / ROLLOUT_TRACE_FILENAME
+        target.parent.mkdir(parents=True, exist_ok=True)
+        self.path = target
+        self.hold = config.SPAN_HOLD.resolve(hold)
+        self._log = JsonlExporter(target, fsync_interval=fsync_interval)
+        self._lock = threading.Lock()
+        self._held: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()  # group → lines
+        self._held_spans: OrderedDict[str, int] = OrderedDict()  # group → attempt spans held
+        self._groups: OrderedDict[str, None] = OrderedDict()
+        self._runs: dict[str, dict[str, Any]] = {}  # run → what its run.start says
+        self._written_runs: set[str] = set()
+        self._n_held = 0
+        self._own_run = uuid.uuid4().hex
+        self._closed = False
+        self._counts = {
+            "spans_ignored": 0,
+            "spans_malformed": 0,
+            "spans_held_past_bound": 0,
+            "lines_written": 0,
+            "lines_lost": 0,
+        }
+
+    # The SDK's SpanExporter interface.
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        try:
+            with self._lock:
+                if self._closed:
+                    return SpanExportResult.FAILURE
+                lines: list[dict[str, Any]] = []
+                for span in spans:
+                    self._take(span, lines)
+                return self._write(lines)
+        except Exception:  # never into the SDK's worker thread
+            _log.exception("otel-rollout: JsonlSpanExporter could not export a batch")
+            return SpanExportResult.FAILURE
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Make what was written durable on disk (attempts held for their group stay held)."""
+        with self._lock:
+            if not self._closed:
+                self._log.sync(force=True)
+        return True
+
+    def shutdown(self) -> None:
+        """Write what is still held (counted), then close the file."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                lines = [line for held in self._held.values() for line in held]
+                self._counts["spans_held_past_bound"] += sum(self._held_spans.values())
+                self._held.clear()
+                self._held_spans.clear()
+                self._n_held = 0
+                self._write(lines)
+            except Exception:
+                _log.exception("otel-rollout: JsonlSpanExporter could not write held spans")
+            finally:
+                self._closed = True
+                self._log.shutdown()
+
+    def counts(self) -> dict[str, int]:
+        """Spans ignored (not rollout spans), malformed, held past the bound; lines written
+        and lost; and the log's own counts (oversized events, syncs)."""
+        with self._lock:
+            return {**self._counts, "spans_held": self._n_held, **self._log.counts()}
+
+    # The work, under the lock.
+
+    def _run_id(self, span: ReadableSpan, attrs: Mapping[str, Any]) -> str:
+        resource = span.resource.attributes if span.resource is not None else {}
+        run = attrs.get(RUN_ATTRIBUTE)
+        if run is None:
+            run = resource.get("service.instance.id")
+        run = str(run) if run is not None else self._own_run
+        if run not in self._runs:  # the process and host that made it, when the resource says
+            pid, host = resource.get("process.pid"), resource.get("host.name")
+            self._runs[run] = {
+                "pid": pid if isinstance(pid, int) else os.getpid(),
+                "host": str(host) if host is not None else socket.gethostname(),
+            }
+        return run
+
+    def _take(self, span: ReadableSpan, lines: list[dict[str, Any]]) -> None:
+        convention = SPANS.get(span.name)
+        if convention is None:
+            self._counts["spans_ignored"] += 1
+            return
+        try:
+            attrs = dict(span.attributes or {})  # one copy: the SDK's mapping is slow to read
+            events = span_events(span, convention, self._run_id(span, attrs), attrs)
+        except (Malformed, ValueError, TypeError, AttributeError) as exc:
+            self._counts["spans_malformed"] += 1
+            if self._counts["spans_malformed"] == 1:
+                _log.warning(
+                    "otel-rollout: a %s span makes no valid line (%s); such spans are counted,"
+                    " not reported one by one",
+                    span.name,
+                    exc,
+                )
+            return
+        group = str(attrs.get("rollout.group_id"))
+        if span.name == "rollout.group":
+            self._groups[group] = None
+            if len(self._groups) > _GROUPS_REMEMBERED:
+                self._groups.popitem(last=False)
+            lines += events
+            lines += self._held.pop(group, ())
+            self._n_held -= self._held_spans.pop(group, 0)
+        elif span.name == "rollout.attempt" and events and group not in self._groups:
+            self._held.setdefault(group, []).extend(events)
+            self._held_spans[group] = self._held_spans.get(group, 0) + 1
+            self._n_held += 1
+            while self._n_held > self.hold:  # the oldest group's attempts, as they are
+                oldest, n = self._held_spans.popitem(last=False)
+                lines += self._held.pop(oldest)
+                self._n_held -= n
+                self._counts["spans_held_past_bound"] += n
+        else:
+            lines += events
+
+    def _write(self, lines: list[dict[str, Any]]) -> SpanExportResult:
+        if not lines:
+            return SpanExportResult.SUCCESS
+        lines.sort(key=_order)
+        batch: list[dict[str, Any]] = []
+        for event in lines:
+            run = event["run_id"]
+            if run not in self._written_runs:
+                self._written_runs.add(run)
+                batch.append(self._run_start(run, event["t"]))
+            batch.append(event)
+        lost = self._log.export(batch)
+        self._log.sync()
+        self._counts["lines_written"] += len(batch) - lost
+        self._counts["lines_lost"] += lost
+        return SpanExportResult.FAILURE if lost else SpanExportResult.SUCCESS
+
+    def _run_start(self, run_id: str, t: float) -> dict[str, Any]:
+        made = self._runs.get(run_id) or {"pid": os.getpid(), "host": socket.gethostname()}
+        start = {"t": t, "run_id": run_id, "event": "run.start", "schema": SCHEMA_VERSION}
+        return {**start, **made, "source": "spans"}

@@ -1,0 +1,344 @@
+"""Span-first: the canonical log from rollout spans, through the real SDK's BatchSpanProcessor."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import subprocess
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from test_ledger import naive_ledger, traces
+
+from otel_rollout import JsonlSpanExporter, batch_age_by_step, read_events, tokens_by_version
+from otel_rollout.cost import analyze
+from otel_rollout.exporters import COUNTS
+from otel_rollout.schema import problems
+from otel_rollout.span_contract import SPAN_ONLY, SPANS, from_ns, markdown_reference, rows, to_ns
+from otel_rollout.spans import SpanBuilder
+from otel_rollout.trace import RolloutTrace
+
+ROOT = Path(__file__).parent.parent
+
+
+def analyses(events: list[dict]) -> tuple:
+    """What the file is for: batch age per step, tokens by version, the cost ledger."""
+    return batch_age_by_step(events), tokens_by_version(events), analyze(events).ledger
+
+
+def without_run_starts(events: list[dict]) -> list[str]:
+    """Every event but run.start as sorted JSON text, to compare files as multisets."""
+    return sorted(json.dumps(e, sort_keys=True) for e in events if e["event"] != "run.start")
+
+
+def batch_processor(exporter: JsonlSpanExporter, batch: int) -> TracerProvider:
+    provider = TracerProvider()
+    provider.add_span_processor(
+        BatchSpanProcessor(exporter, max_export_batch_size=batch, schedule_delay_millis=5)
+    )
+    return provider
+
+
+def emit_runs(events: list[dict], log: Path, provider: TracerProvider) -> None:
+    """Each run of ``events`` emitted through a RolloutTrace of its own (a new process each,
+    as after a kill), in-process spans on ``provider``."""
+    runs: dict[str, list[dict]] = {}
+    for e in events:
+        run = runs.setdefault(e["run_id"], [])
+        if e["event"] != "run.start":
+            run.append(e)
+    for run in runs.values():
+        with RolloutTrace(log, tracer_provider=provider) as trace:
+            for e in run:
+                fields = {k: v for k, v in e.items() if k not in ("t", "run_id", "event")}
+                trace.emit(e["event"], **fields)
+
+
+@st.composite
+def counted_traces(draw: st.DrawFn) -> list[dict]:
+    """The ledger tests' random multi-run traces with token counts: seals carry tokens by
+    version, sealed attempts their calls, and refits cut some calls first."""
+    out: list[dict] = []
+    for e in draw(traces()):
+        e = dict(e)
+        if e["event"] == "group.seal":
+            counts = draw(st.dictionaries(st.integers(0, 5), st.integers(0, 300), max_size=3))
+            e["tokens_by_version"] = {str(v): n for v, n in counts.items()}
+            e["tokens"] = sum(counts.values())
+        elif e["event"] == "attempt.seal":
+            call, version = f"{e['attempt_id']}-c", draw(st.integers(0, 4))
+            e["calls"] = [[call, version, e["tokens"]]]
+            if draw(st.booleans()):
+                out.append({"run_id": e["run_id"], "event": "weights.sync",
+                            "replaced_version": version, "new_version": version + 1,
+                            "cuts": [[call, draw(st.integers(0, e["tokens"]))]],
+                            "duration_s": draw(st.sampled_from([0.0, 0.002]))})  # fmt: skip
+        out.append(e)
+    return out
+
+
+class TestTimes:
+    @given(st.floats(min_value=2**23, max_value=2**33, allow_nan=False))
+    def test_seconds_survive_nanoseconds_exactly(self, t):
+        """Every wall-clock time comes back from integer nanoseconds as the same float, and the
+        nanoseconds are the nearest integer to the exact product (an independent model)."""
+        n = to_ns(t)
+        assert from_ns(n) == t
+        assert abs(Fraction(n) - Fraction(t) * 10**9) <= Fraction(1, 2)
+
+    def test_the_double_rounding_it_replaces_does_not(self):
+        """round(t*1e9) misses some real times by a float step (why the helper exists)."""
+        t = 1796132486.6788807
+        misses = [x for x in (t + i * 1e-6 for i in range(2000)) if round(x * 1e9) / 1e9 != x]
+        assert misses and all(from_ns(to_ns(x)) == x for x in misses)
+
+
+class TestContract:
+    def test_docs_schema_md_has_the_generated_conventions(self):
+        """docs/schema.md's span conventions are exactly what the contract table renders."""
+        doc = (ROOT / "docs" / "schema.md").read_text()
+        marker = "BEGIN GENERATED: otel_rollout.span_contract.markdown_reference"
+        begin = doc.index("-->\n", doc.index(marker)) + 4
+        end = doc.index("<!-- END GENERATED", begin)
+        assert doc[begin:end] == markdown_reference()
+
+    def test_the_builder_makes_only_contract_spans_and_attributes(self, tmp_path):
+        """Every span and rollout attribute the builder makes on a simulated run with kills of
+        attempts and discards is in the contract table."""
+        from otel_rollout.simulate import SimConfig, simulate
+
+        exporter = JsonlSpanExporter(tmp_path / "spans.jsonl")
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        seen: dict[str, set[str]] = {}
+        original = exporter.export
+
+        def spy(spans):
+            for s in spans:
+                seen.setdefault(s.name, set()).update(s.attributes or {})
+            return original(spans)
+
+        exporter.export = spy  # type: ignore[method-assign]
+        simulate(tmp_path / "log", SimConfig(steps=4, speed=20.0, seed=5, error_rate=0.2),
+                 tracer_provider=provider)  # fmt: skip
+        provider.shutdown()
+        allowed = {r.attribute for r in rows()} | set(SPAN_ONLY) | {"rollout.run.id"}
+        assert set(seen) <= set(SPANS) and {"rollout.group", "rollout.attempt"} <= set(seen)
+        for name, attrs in seen.items():
+            assert {a for a in attrs if a.startswith("rollout.")} <= allowed, name
+        assert exporter.counts()["spans_malformed"] == 0
+
+
+class TestRoundTrip:
+    @settings(max_examples=40)
+    @given(counted_traces(), st.integers(1, 64))
+    def test_random_multi_run_traces(self, tmp_path_factory, events, batch):
+        """Runs killed and resumed, emitted through RolloutTrace with spans on the SDK's batch
+        processor: the span-first file has the same events at the same times, and the same
+        batch age, tokens by version and cost ledger as the log (and the naive ledger)."""
+        tmp = tmp_path_factory.mktemp("rt")
+        exporter = JsonlSpanExporter(tmp / "spans.jsonl")
+        provider = batch_processor(exporter, batch)
+        emit_runs(events, tmp / "log.jsonl", provider)
+        provider.shutdown()
+        log = list(read_events(tmp / "log.jsonl"))
+        spans = list(read_events(tmp / "spans.jsonl"))
+        assert without_run_starts(spans) == without_run_starts(log)
+        assert analyses(spans) == analyses(log)
+        if spans:  # a run that made no span writes no line
+            assert analyze(spans).ledger == naive_ledger(spans)
+        counts = exporter.counts()
+        assert counts["lines_lost"] == counts["spans_malformed"] == counts["spans_held"] == 0
+        assert counts["lines_written"] == len(spans)
+
+    def test_the_random_traces_have_batch_ages(self):
+        """The generator makes traces whose steps have batch ages (so the property can fail)."""
+        seen = []
+
+        @settings(max_examples=60)
+        @given(counted_traces())
+        def collect(events):
+            seen.append(bool(batch_age_by_step(events)))
+
+        collect()
+        assert sum(seen) >= 5, sum(seen)
+
+    def test_the_demo_trace(self, demo_trace, tmp_path, cli):
+        """The demo's file (two SIGKILLs, two resumes) through the span builder and the batch
+        processor gives the same events, analyses and a file validate --from-spans passes."""
+        log = list(read_events(demo_trace))
+        exporter = JsonlSpanExporter(tmp_path / "spans.jsonl")
+        provider = batch_processor(exporter, 37)
+        builder = SpanBuilder(lambda run: provider.get_tracer("replay"))
+        builder.export(log)
+        builder.shutdown()
+        provider.shutdown()
+        spans = list(read_events(tmp_path / "spans.jsonl"))
+        assert len({e["run_id"] for e in log}) == 3
+        assert without_run_starts(spans) == without_run_starts(log)
+        assert analyses(spans) == analyses(log)
+        assert analyze(spans).ledger["wasted"]  # the kills cost something
+        checked = cli("validate", "--from-spans", str(tmp_path / "spans.jsonl"))
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def span(tracer, name: str, attrs: dict, t0: float, t1: float) -> None:
+    tracer.start_span(name, attributes=attrs, start_time=to_ns(t0)).end(end_time=to_ns(t1))
+
+
+GROUP = {"rollout.group_id": "g", "rollout.prompt_id": 1, "rollout.size": 1,
+         "rollout.weight_version": 0, "rollout.outcome": "sealed", "rollout.tokens": 5}  # fmt: skip
+ATTEMPT = {"rollout.attempt_id": "a", "rollout.group_id": "g", "rollout.prompt_id": 1,
+           "rollout.generation_index": 0, "rollout.weight_version": 0,
+           "rollout.outcome": "sealed", "rollout.tokens": 5}  # fmt: skip
+T = 1_800_000_000.0
+
+
+def exporting(path: Path, hold: int | None = None, resource: dict | None = None):
+    exporter = JsonlSpanExporter(path, hold=hold)
+    provider = TracerProvider(resource=Resource.create(resource or {"service.instance.id": "r"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))  # one span per export
+    return exporter, provider, provider.get_tracer("test")
+
+
+class TestExporter:
+    def test_attempts_wait_for_their_group(self, tmp_path):
+        """An attempt span exported before its group's is written after the group's reserve,
+        every line in time order, with a run.start first (the resource names the run)."""
+        exporter, provider, tracer = exporting(tmp_path / "s.jsonl")
+        span(tracer, "rollout.attempt", ATTEMPT, T + 1, T + 2)
+        assert exporter.counts()["spans_held"] == 1
+        span(tracer, "rollout.group", GROUP, T, T + 3)
+        provider.shutdown()
+        events = list(read_events(tmp_path / "s.jsonl"))
+        kinds = [e["event"] for e in events]
+        assert kinds == ["run.start", "group.reserve", "attempt.dispatch", "attempt.seal",
+                         "group.seal"]  # fmt: skip
+        assert [e["t"] for e in events[1:]] == [T, T + 1, T + 2, T + 3]
+        assert {e["run_id"] for e in events} == {"r"}
+
+    def test_past_the_bound_attempts_are_written_and_counted(self, tmp_path, cli):
+        """With a hold of 2, a third waiting attempt sends the oldest out as it is, counted; the
+        validator's span mode names the line where an attempt precedes its group."""
+        path = tmp_path / "s.jsonl"
+        exporter, provider, tracer = exporting(path, hold=2)
+        for i in range(3):
+            attrs = {**ATTEMPT, "rollout.attempt_id": f"a{i}", "rollout.group_id": f"g{i}"}
+            span(tracer, "rollout.attempt", attrs, T + i, T + i + 0.5)
+        assert exporter.counts()["spans_held_past_bound"] == 1
+        provider.shutdown()  # the rest, whose groups never came, are written too
+        assert exporter.counts()["spans_held_past_bound"] == 3
+        checked = cli("validate", "--from-spans", str(path))
+        assert checked.returncode == 1
+        assert f"{path}:2: error: attempt.dispatch of attempt a0 before the group.reserve" in (
+            checked.stdout
+        )
+        plain = cli("validate", str(path))
+        assert plain.returncode == 0, plain.stdout
+
+    def test_a_line_before_its_run_start_is_named(self, tmp_path, cli):
+        """validate --from-spans names a line whose run has not started yet."""
+        path = tmp_path / "bad.jsonl"
+        lines = [
+            {"t": T, "run_id": "x", "event": "checkpoint.publish", "step": 0, "weight_version": 1},
+            {"t": T, "run_id": "x", "event": "run.start", "schema": 1, "pid": 1},
+        ]
+        path.write_text("".join(json.dumps(e) + "\n" for e in lines))
+        checked = cli("validate", "--from-spans", str(path))
+        assert checked.returncode == 1
+        assert f"{path}:1: error: a checkpoint.publish line of run x before" in checked.stdout
+
+    def test_other_spans_are_ignored_and_bad_ones_counted(self, tmp_path, caplog):
+        """Spans that are not rollout spans are counted as ignored; a rollout span missing a
+        required attribute is counted, logged once, and writes nothing."""
+        exporter, provider, tracer = exporting(tmp_path / "s.jsonl")
+        with caplog.at_level(logging.WARNING, logger="otel_rollout"):
+            span(tracer, "http.request", {"http.method": "GET"}, T, T + 1)
+            for _ in range(2):
+                span(tracer, "rollout.checkpoint.publish", {"rollout.step": 1}, T, T)
+            span(tracer, "rollout.checkpoint.publish",
+                 {"rollout.step": 1, "rollout.weight_version": 2, "rollout.run.id": "own"},
+                 T + 1, T + 1)  # fmt: skip
+        provider.shutdown()
+        counts = exporter.counts()
+        assert set(counts) <= set(COUNTS)  # every name it reports is documented
+        assert counts["spans_ignored"] == 1 and counts["spans_malformed"] == 2
+        assert caplog.text.count("makes no valid line") == 1
+        assert "weight_version" in caplog.text
+        events = list(read_events(tmp_path / "s.jsonl"))
+        assert [(e["event"], e["run_id"]) for e in events] == [
+            ("run.start", "own"), ("checkpoint.publish", "own")]  # fmt: skip
+        assert all(problems(e) == [] for e in events)
+
+    def test_concurrent_exports_write_whole_lines(self, tmp_path):
+        """Spans ended on four threads at once (each export on its own thread, as a
+        SimpleSpanProcessor does) all reach the file as whole, valid lines."""
+        import threading
+
+        exporter, provider, tracer = exporting(tmp_path / "s.jsonl")
+
+        def work(k: int) -> None:
+            for i in range(200):
+                attrs = {"rollout.step": i, "rollout.weight_version": k}
+                span(tracer, "rollout.checkpoint.publish", attrs, T + i, T + i)
+
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        provider.shutdown()
+        events = list(read_events(tmp_path / "s.jsonl"))
+        published = [e for e in events if e["event"] == "checkpoint.publish"]
+        assert sorted((e["weight_version"], e["step"]) for e in published) == [
+            (k, i) for k in range(4) for i in range(200)
+        ]
+        assert [e["event"] for e in events].count("run.start") == 1
+        assert exporter.counts()["lines_written"] == len(events) == 801
+
+    def test_a_failing_file_is_counted_and_logged_once(self, caplog):
+        """Writing to /dev/full loses every line: counted, one error logged, never raised."""
+        exporter = JsonlSpanExporter("/dev/full")
+        provider = TracerProvider(resource=Resource.create({"service.instance.id": "r"}))
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        tracer = provider.get_tracer("test")
+        with caplog.at_level(logging.ERROR, logger="otel_rollout"):
+            for i in range(3):
+                attrs = {"rollout.step": i, "rollout.weight_version": i}
+                span(tracer, "rollout.checkpoint.publish", attrs, T + i, T + i)
+        provider.shutdown()
+        counts = exporter.counts()
+        assert counts["lines_lost"] == 4 and counts["lines_written"] == 0  # run.start + 3
+        assert caplog.text.count("cannot write /dev/full") == 1
+
+
+def readme_example() -> str:
+    """The span-first program of the README, as written there."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Span-first") :]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match is not None
+    return match.group(1)
+
+
+def test_the_readme_example_runs_and_batch_age_reads_it(tmp_path, cli):
+    """The README's toy controller, run as written, writes a file whose batch age per step
+    batch-age prints: step 0 trains its own version's tokens, later steps one version old."""
+    program = tmp_path / "span_first_example.py"
+    program.write_text(readme_example())
+    path = tmp_path / "spans.jsonl"
+    ran = subprocess.run([sys.executable, str(program), str(path)], capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert batch_age_by_step(read_events(path)) == {0: 0.0, 1: 1.0, 2: 1.0, 3: 1.0}
+    ages = cli("batch-age", str(path))
+    assert ages.returncode == 0, ages.stderr
+    assert re.search(r"^\s+1\s+1\s+2\s+500\s+1\.0000", ages.stdout, re.M), ages.stdout
+    assert cli("validate", "--from-spans", str(path)).returncode == 0
