@@ -59,6 +59,7 @@ class Syncer:
         self._urgent = False  # a checkpoint line, a durable flush or close: sync at once
         self._syncing = False  # the thread is in fdatasync on self._fd
         self._stopping = False
+        self._stopped = False  # the thread has ended (after close): nothing more gets synced
         self._synced_at = -math.inf  # time.monotonic() when the last sync ended
         self._thread: threading.Thread | None = None
 
@@ -76,16 +77,20 @@ class Syncer:
                 self._cond.notify()
 
     def durable(self, timeout: float | None) -> bool:
-        """Wait until every write made before this call is synced; False on timeout."""
+        """Wait until every write made before this call is synced; False on timeout, or if
+        the syncer was closed first without syncing them."""
         with self._cond:
             target = self._written
             if self._synced >= target:
                 return True
+            if self._stopping:
+                return False
             self._urgent = True
             if self._thread is None:
                 self._start()
             self._cond.notify()
-            return self._cond.wait_for(lambda: self._synced >= target, timeout)
+            self._cond.wait_for(lambda: self._synced >= target or self._stopped, timeout)
+            return self._synced >= target
 
     def replace(self, fd: int) -> int:
         """Writer thread: sync ``fd`` from now on (the file was recreated); returns the old
@@ -130,6 +135,8 @@ class Syncer:
             with cond:
                 while (wait := self._due()) != 0.0:
                     if wait is None and self._stopping:
+                        self._stopped = True
+                        cond.notify_all()  # a durable() waiting on what close did not sync
                         return
                     cond.wait(wait)
                 target, fd = self._written, self._fd

@@ -250,3 +250,4 @@ class TestSlowDisk:
         sync = covering_sync(marked, syncs)
         flushed = next(c for c in calls if c.name == "write" and "flushed" in c.text)
         assert sync is not None and sync.end <= flushed.t
+
