@@ -3,8 +3,9 @@
 The caller's side is a closure made once (:func:`Pipeline.make_emit`) that
 builds the event dict (the time stamp, ``run_id``, ``event`` and the fields)
 and puts it on a ``SimpleQueue``: the same work as the plain design, so the
-writer is left with only what it must do.  Encoding, I/O, syncs to disk,
-spans and metrics happen on the background thread.  The log
+writer is left with only what it must do.  Encoding, I/O, spans and metrics
+happen on the background thread (syncs to disk on the log's own syncer
+thread, so the writer never waits for the disk).  The log
 (:class:`~otel_rollout.exporters.LogExporter`) is the canonical record:
 what it cannot write, and what the full queue turned away, is reported in the
 log itself as ``trace.dropped`` once it accepts writes again.
@@ -54,6 +55,7 @@ class PipelineStats:
     metric_exports_failed: int = 0
     events_oversized: int = 0
     log_syncs: int = 0
+    log_sync_errors: int = 0
     other: dict[str, int] = field(default_factory=dict)
 
     @property

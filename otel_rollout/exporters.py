@@ -65,6 +65,7 @@ COUNTS: dict[str, str] = {
     "metric_exports_failed": "metric exports the backend refused, or that timed out",
     "events_oversized": "events written as their kind and time only, being too big",
     "log_syncs": "times the log was made durable on disk (fdatasync)",
+    "log_sync_errors": "syncs of the log to disk that failed (each tried again later)",
     # JsonlSpanExporter's (span-first): a SpanExporter of the SDK, not of the pipeline.
     "spans_ignored": "spans that are not rollout spans",
     "spans_malformed": "rollout spans that could make no valid line, skipped",
@@ -254,12 +255,12 @@ class JsonlExporter:
 
     def counts(self) -> dict[str, int]:
         """Events written short because they were too big, and syncs to disk."""
-        return {"events_oversized": self.oversized, "log_syncs": self.syncs}
-
-    @property
-    def syncs(self) -> int:
-        """Times the file was synced to disk."""
-        return self._syncer.syncs if self._syncer is not None else 0
+        syncer = self._syncer
+        return {
+            "events_oversized": self.oversized,
+            "log_syncs": syncer.syncs if syncer is not None else 0,
+            "log_sync_errors": syncer.failures if syncer is not None else 0,
+        }
 
     def _encode(self, events: Sequence[dict[str, Any]]) -> list[bytes]:
         dumps = orjson.dumps

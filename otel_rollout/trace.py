@@ -195,20 +195,30 @@ class RolloutTrace:
         # only runs when called through the class, e.g. RolloutTrace.emit(trace, ...).
         self.emit(event, **fields)
 
-    def flush(self, *, durable: bool = False) -> None:
-        """Wait until every event queued before this call has been written.
+    def flush(self, *, durable: bool = False) -> bool:
+        """Wait until every event queued before this call has been written; True once it is.
 
         With ``durable=True``, wait until it is on disk too (``fdatasync``, made by
         the log's syncer thread while the writer goes on), not only in the page
         cache: it then survives a node crash or power loss, not only a killed
         process.  Waits at most ``OTEL_ROLLOUT_CLOSE_TIMEOUT`` seconds, so a full
-        disk cannot hang the caller; a flush that gives up says so in the log.
+        disk cannot hang the caller; a flush that gives up, or whose sync to disk
+        failed, says so in the log and returns False.
         """
         if self._pipeline is None:
-            return
+            return True
         limit = config.CLOSE_TIMEOUT.resolve()
-        if not self._pipeline.flush(limit, durable=durable):
+        if self._pipeline.flush(limit, durable=durable):
+            return True
+        if durable:
+            _log.warning(
+                "otel-rollout: flush(durable=True) could not make the log durable within %.1fs"
+                " (a failed sync to disk is logged above)",
+                limit,
+            )
+        else:
             _log.warning("otel-rollout: flush gave up after %.1fs; events are still queued", limit)
+        return False
 
     def close(self) -> None:
         """Write every queued event, then stop the writer and close the file.

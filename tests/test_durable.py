@@ -48,16 +48,22 @@ class Call:
 
 
 def traced(
-    tmp_path: Path, code: str, env: dict[str, str], sync_delay: float = 0.0
+    tmp_path: Path,
+    code: str,
+    env: dict[str, str],
+    sync_delay: float = 0.0,
+    sync_error: str | None = None,
 ) -> tuple[int, list[Call], str]:
     """Run ``code`` (argv[1] = the log) under strace, each fdatasync held ``sync_delay``
-    seconds; its pid, its calls, its stdout."""
+    seconds or failing with ``sync_error`` (an errno name); its pid, calls and stdout."""
     out = tmp_path / "strace.txt"
     log = tmp_path / "rollout_trace.jsonl"
     code = "import os; print(os.getpid(), flush=True)\n" + textwrap.dedent(code)
     strace = ["strace", "-f", "-tt", "-s", "160", "-o", str(out)]
     if sync_delay:
         strace += ["-e", f"inject=fdatasync:delay_enter={int(sync_delay * 1e6)}"]
+    if sync_error:
+        strace += ["-e", f"inject=fdatasync:error={sync_error}"]
     proc = subprocess.run(
         [*strace, "-e", "trace=write,fdatasync,fsync", sys.executable, "-c", code, str(log)],
         capture_output=True,
@@ -152,7 +158,7 @@ class TestSyncs:
         syncs = [c for c in ours if c.name == "fdatasync"]
         for write in marked:
             sync = covering_sync(write, syncs)
-            assert sync is not None and sync.t - write.end < 0.1, write
+            assert sync is not None and sync.t - write.end < 2.0, write  # not the 10 s interval
         # The 10 s interval adds only the first write's and close's syncs to the checkpoints'.
         assert len(syncs) <= len(marked) + 2
 
@@ -166,8 +172,7 @@ class TestSyncs:
         writes = [c for c in ours if c.name == "write"]
         assert len(syncs) >= len(writes) // 2
         for write in writes:
-            sync = covering_sync(write, syncs)
-            assert sync is not None and sync.t - write.end < 0.1, write
+            assert covering_sync(write, syncs) is not None, write
 
     def test_off_never_syncs(self, tmp_path):
         """OTEL_ROLLOUT_FSYNC_INTERVAL=off: no fdatasync or fsync at all, checkpoints or not."""
@@ -220,9 +225,9 @@ class TestSlowDisk:
         during = [s for s in syncs[:-1] if any(s.t < w.t < s.end for w in writes)]
         assert len(during) >= len(syncs) - 2, "the writer waited for a sync"
         assert all(covering_sync(w, syncs) is not None for w in writes)
-        # At 200 events/s the file never trails the caller by a sync's 0.3 s.
-        gaps = [b.t - a.t for a, b in itertools.pairwise(writes[1:-1])]
-        assert max(gaps) < 0.15, max(gaps)
+        # Writes go on at the caller's pace: more writes than syncs, where a writer that
+        # waited for each 0.3 s sync would make one write per sync.
+        assert len(writes) > 2 * len(syncs)
 
     @pytest.mark.parametrize("interval", ["0", "1", "10"])
     def test_a_durable_flush_after_a_checkpoint_waits_for_its_sync(self, tmp_path, interval):
@@ -250,4 +255,57 @@ class TestSlowDisk:
         sync = covering_sync(marked, syncs)
         flushed = next(c for c in calls if c.name == "write" and "flushed" in c.text)
         assert sync is not None and sync.end <= flushed.t
+
+
+class TestFailures:
+    def test_a_failed_sync_is_counted_and_a_durable_flush_says_so(self, tmp_path):
+        """With every fdatasync failing (EIO), flush(durable=True) returns False, the
+        failures are counted in trace.stats, the error is logged once, and every line is
+        still written."""
+        code = """
+            import sys
+            from otel_rollout import RolloutTrace
+            tr = RolloutTrace(sys.argv[1])
+            for i in range(50):
+                tr.emit("x", i=i)
+            ok = tr.flush(durable=True)
+            again = tr.flush(durable=True)
+            stats = tr.stats
+            print(ok, again, stats.log_syncs, stats.log_sync_errors >= 2, flush=True)
+            tr.close()
+        """
+        _, calls, stdout = traced(
+            tmp_path, code, {"OTEL_ROLLOUT_FSYNC_INTERVAL": "off"}, sync_error="EIO"
+        )
+        assert stdout.split() == ["False", "False", "0", "True"]
+        assert [c for c in log_calls(calls) if c.name == "fdatasync"]
+        written = (tmp_path / "rollout_trace.jsonl").read_bytes().splitlines()
+        assert len(written) == 51
+
+    def test_a_forked_child_syncs_its_own_lines(self, tmp_path):
+        """A child forked while the parent's syncer runs gets a syncer of its own: its
+        durable flush returns True after an fdatasync made by one of its own threads, and
+        its sync count starts from zero."""
+        code = """
+            import os, sys, time
+            from otel_rollout import RolloutTrace
+            tr = RolloutTrace(sys.argv[1])
+            for i in range(20):
+                tr.emit("x", i=i)
+            tr.flush(durable=True)
+            pid = os.fork()
+            if pid == 0:
+                tr.emit("x", child=True)
+                ok = tr.flush(durable=True)
+                os.write(1, f"child {os.getpid()} {ok} {tr.stats.log_syncs}\\n".encode())
+                tr.close()
+                os._exit(0)
+            os.waitpid(pid, 0)
+            tr.close()
+        """
+        _, calls, stdout = traced(tmp_path, code, {"OTEL_ROLLOUT_FSYNC_INTERVAL": "off"})
+        _, _, ok, syncs = stdout.split()
+        assert ok == "True" and syncs == "1"  # a syncer that thought the parent's thread
+        # was its own would never sync: the flush would wait out its timeout and say False
+        assert len([c for c in calls if c.name == "fdatasync"]) >= 2  # parent's and child's
 

@@ -83,10 +83,11 @@ class TestOpening:
 
 class TestDisabled:
     def test_none_is_a_no_op(self, tmp_path):
-        """RolloutTrace(None) writes nothing and every call returns None."""
+        """RolloutTrace(None) writes nothing; emit and close return None, flush True."""
         tr = RolloutTrace(None)
         assert not tr.enabled and tr.path is None
-        assert tr.emit("x", a=1) is None and tr.flush() is None and tr.close() is None
+        assert tr.emit("x", a=1) is None and tr.close() is None
+        assert tr.flush() is True and tr.flush(durable=True) is True  # nothing to wait for
         assert list(tmp_path.iterdir()) == []
 
     def test_none_binds_a_no_op_once(self):
