@@ -75,18 +75,25 @@ def latency(
         tail = subprocess.Popen(
             [sys.executable, str(HERE / "_tail.py"), str(path)], stdout=subprocess.PIPE
         )
-        writer = make(path)
-        time.sleep(0.3)  # the tail process is up and polling
-        start = time.perf_counter()
-        for tick in range(ticks):
-            target = start + tick / 1000
-            while (now := time.perf_counter()) < target:
-                time.sleep(min(target - now, 0.0005))
-            for kind, fields in events[tick * per_ms : (tick + 1) * per_ms]:
-                writer.emit(kind, **fields)
-        writer.emit("bench.end")
-        writer.close()
-        out, _ = tail.communicate(timeout=60)
+        try:
+            writer = make(path)
+            try:
+                time.sleep(0.3)  # the tail process is up and polling
+                start = time.perf_counter()
+                for tick in range(ticks):
+                    target = start + tick / 1000
+                    while (now := time.perf_counter()) < target:
+                        time.sleep(min(target - now, 0.0005))
+                    for kind, fields in events[tick * per_ms : (tick + 1) * per_ms]:
+                        writer.emit(kind, **fields)
+                writer.emit("bench.end")
+            finally:
+                writer.close()
+            out, _ = tail.communicate(timeout=60)
+        finally:
+            if tail.poll() is None:
+                tail.kill()
+                tail.wait()
         ms = sorted(x * 1000 for x in json.loads(out))
         result[name] = (ms[len(ms) // 2], ms[int(len(ms) * 0.99)])
     return result
@@ -107,19 +114,28 @@ while True:
 
 
 class BesideACheckpoint:
-    """A trace whose log shares its disk with a checkpoint being written (from its start to
+    """A writer whose log shares its disk with a checkpoint being written (from its start to
     its close), as a trainer's does while it saves."""
 
-    def __init__(self, path: Path, fsync_interval: float) -> None:
+    def __init__(self, path: Path, make: Writer) -> None:
         self._writer = subprocess.Popen(
             [sys.executable, "-c", _CHECKPOINT_WRITER, str(path.with_suffix(".ckpt"))]
         )
-        time.sleep(0.5)  # its writeback is under way
-        self._trace = RolloutTrace(path, fsync_interval=fsync_interval)
-        self.emit = self._trace.emit
+        try:
+            time.sleep(0.5)  # its writeback is under way
+            self._inner = make(path)
+        except BaseException:
+            self._stop_writer()
+            raise
+        self.emit = self._inner.emit
 
     def close(self) -> None:
-        self._trace.close()
+        try:
+            self._inner.close()
+        finally:
+            self._stop_writer()
+
+    def _stop_writer(self) -> None:
         self._writer.kill()
         self._writer.wait()
 
@@ -130,10 +146,18 @@ FSYNC_DESIGNS: dict[str, Writer] = {
     "fsync every 1 s (default)": lambda p: RolloutTrace(p, fsync_interval=1.0),
     "fsync every batch": lambda p: RolloutTrace(p, fsync_interval=0.0),
 }
-#: The same, with a checkpoint being written beside the log (latency only).
+#: Latency beside a checkpoint being written: the yardstick syncing after every batch on
+#: its writer thread (as otel-rollout did before its syncer thread), and otel-rollout.
 FSYNC_BESIDE_A_CHECKPOINT: dict[str, Writer] = {
-    "fsync every 1 s, a checkpoint being written": lambda p: BesideACheckpoint(p, 1.0),
-    "fsync every batch, a checkpoint being written": lambda p: BesideACheckpoint(p, 0.0),
+    "yardstick, fdatasync after every batch on its writer thread": lambda p: BesideACheckpoint(
+        p, lambda q: PlainWriter(q, sync_each_batch=True)
+    ),
+    "fsync every batch, a checkpoint being written": lambda p: BesideACheckpoint(
+        p, lambda q: RolloutTrace(q, fsync_interval=0.0)
+    ),
+    "fsync every 1 s, a checkpoint being written": lambda p: BesideACheckpoint(
+        p, lambda q: RolloutTrace(q, fsync_interval=1.0)
+    ),
 }
 
 

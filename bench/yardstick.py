@@ -7,6 +7,7 @@ thread writes ``orjson`` lines in batches and flushes each batch.  Reader:
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -18,9 +19,11 @@ import orjson
 
 
 class PlainWriter:
-    """dict + SimpleQueue.put on the caller; a thread appends orjson lines per batch."""
+    """dict + SimpleQueue.put on the caller; a thread appends orjson lines per batch (and,
+    with ``sync_each_batch``, calls ``fdatasync`` after each one on that same thread)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, sync_each_batch: bool = False) -> None:
+        self._sync = sync_each_batch
         self._queue: SimpleQueue[Any] = SimpleQueue()
         self._file = open(path, "ab")  # noqa: SIM115 - closed by the writer thread
         self._run_id = uuid.uuid4().hex
@@ -51,6 +54,8 @@ class PlainWriter:
             if events:
                 self._file.write(b"".join(orjson.dumps(e) + b"\n" for e in events))
                 self._file.flush()
+                if self._sync:
+                    os.fdatasync(self._file.fileno())
             for item in batch:
                 if isinstance(item, threading.Event):
                     item.set()
