@@ -1,5 +1,10 @@
 """The timeline as one analysis of the pass: every event drawn as it is read (see the
-package's docstring for what is drawn)."""
+package's docstring for what is drawn).
+
+Longer than this project's modules usually are (~570 lines) because it is one
+:class:`Timeline` whose handlers share the drawn run, the writer and the
+counters' clock; what stands on its own (a run's lanes, refits and segments;
+the cuts; the output format) lives in the package's other modules."""
 
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from .cuts import StepRange, Window, step_start
 from .runs import RunView
 from .trace_events import (
     LANE_TID0,
+    PALETTE,
     PAUSED_COLOUR,
     TRAINER_TID,
     WEIGHTS_TID,
@@ -32,6 +38,7 @@ from .trace_events import (
 __all__ = ["Timeline", "TimelineSummary"]
 
 _RESUME: Any = EVENT_TYPES["attempt.resume"]
+_COLOURS = len(PALETTE)
 
 
 @dataclass
@@ -285,7 +292,7 @@ class Timeline(Analysis):
                 end - ts if end > ts else 0,
                 rv.pid,
                 LANE_TID0 + lane,
-                colour_of(version),
+                PALETTE[version % _COLOURS],  # inline: the fast path runs once per attempt
                 SliceArgs(attempt_id, e.group_id, "sealed", e.tokens, version),
             )
         )
