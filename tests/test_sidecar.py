@@ -476,6 +476,9 @@ class TestSpanCounts:
             env = metrics_env(port) | {
                 "OTEL_EXPORTER_OTLP_ENDPOINT": rx.endpoint,
                 "OTEL_ROLLOUT_SIDECAR_LINGER": "30",
+                # The SDK retries a refused batch with backoff for up to its timeout (10 s
+                # by default): four refused batches would outlast the wait below.
+                "OTEL_EXPORTER_OTLP_TIMEOUT": "1",
             }
             run = subprocess.run(
                 simulate_command(tmp_path, "--speed", "5", "--steps", "3"),
