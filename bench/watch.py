@@ -79,7 +79,7 @@ def plain_follow(path: Path, interval: float, until: Path) -> None:
 
 
 def tmux(socket: str, *args: str) -> str:
-    done = subprocess.run(["tmux", "-L", socket, *args], capture_output=True, text=True)
+    done = subprocess.run(["tmux", "-S", socket, *args], capture_output=True, text=True)
     return done.stdout
 
 
@@ -88,7 +88,7 @@ def figures(rate: int, seconds: float, interval: float) -> dict[str, Any]:
         tmp = Path(d)
         source = synthetic_trace(tmp / "source.jsonl", int(rate * seconds), runs=2)
         path, done = tmp / "rollout_trace.jsonl", tmp / "done"
-        socket = f"otel-watch-bench-{os.getpid()}"
+        socket = str(tmp / "tmux.sock")  # a socket of our own, gone with the directory
         watch = [
             sys.executable,
             "-m",

@@ -36,15 +36,16 @@ def last_step(path: Path) -> tuple[int, float]:
 
 
 class Tmux:
-    """One tmux server of our own (its own socket), 160×50, running one command."""
+    """One tmux server of our own (its socket a file in ``where``), 160×50, running one
+    command."""
 
-    def __init__(self, cmd: list[str]) -> None:
-        self.socket = f"otel-watch-test-{os.getpid()}"
+    def __init__(self, cmd: list[str], where: Path) -> None:
+        self.socket = str(where / "tmux.sock")
         shell = f"{shlex.join(cmd)}; echo EXIT=$?; sleep 60"
         self._tmux("new-session", "-d", "-s", "w", "-x", "160", "-y", "50", shell)
 
     def _tmux(self, *args: str) -> str:
-        done = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True,
+        done = subprocess.run(["tmux", "-S", self.socket, *args], capture_output=True,
                               text=True, check=True, timeout=10)  # fmt: skip
         return done.stdout
 
@@ -67,7 +68,7 @@ class Tmux:
         raise AssertionError(f"{what!r} never appeared on the screen:\n{self.screen()}")
 
     def close(self) -> None:
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
+        subprocess.run(["tmux", "-S", self.socket, "kill-server"], capture_output=True)
 
 
 def test_the_screen_follows_a_run_through_sigkill_and_resume_and_quits_on_ctrl_c(tmp_path):
@@ -81,7 +82,7 @@ def test_the_screen_follows_a_run_through_sigkill_and_resume_and_quits_on_ctrl_c
         pytest.skip(message)
     log_dir = tmp_path / "run"
     path = log_dir / "rollout_trace.jsonl"
-    tmux = Tmux(command("watch", str(path), "--interval", "0.2"))
+    tmux = Tmux(command("watch", str(path), "--interval", "0.2"), tmp_path)
     try:
         tmux.wait_for("waiting for it to appear")
         demo = subprocess.Popen(
