@@ -71,15 +71,19 @@ class Tmux:
         subprocess.run(["tmux", "-S", self.socket, "kill-server"], capture_output=True)
 
 
-def test_the_screen_follows_a_run_through_sigkill_and_resume_and_quits_on_ctrl_c(tmp_path):
-    """Watching a live demo (killed twice with SIGKILL, resumed each time), the screen
-    shows each new run and stop as it comes and ends on the step and batch age the file
-    holds; Ctrl-C exits 0 with the terminal restored."""
+def need_tmux() -> None:
     if shutil.which("tmux") is None:
         message = "tmux is not installed (apt-get install -y tmux)"
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
+
+
+def test_the_screen_follows_a_run_through_sigkill_and_resume_and_quits_on_ctrl_c(tmp_path):
+    """Watching a live demo (killed twice with SIGKILL, resumed each time), the screen
+    shows each new run and stop as it comes and ends on the step and batch age the file
+    holds; Ctrl-C exits 0 with the terminal restored."""
+    need_tmux()
     log_dir = tmp_path / "run"
     path = log_dir / "rollout_trace.jsonl"
     tmux = Tmux(command("watch", str(path), "--interval", "0.2"), tmp_path)
@@ -114,6 +118,36 @@ def test_the_screen_follows_a_run_through_sigkill_and_resume_and_quits_on_ctrl_c
         assert tmux.flags() == "0 1"  # off the alternate screen, cursor shown
     finally:
         tmux.close()
+
+
+def test_a_directory_or_unreadable_file_at_the_path_is_one_line_on_a_restored_screen(tmp_path):
+    """The live view of a directory, of a path where a directory appears while it waits,
+    and (not as root) of an unreadable file: one line, exit 2, no traceback, the
+    terminal off the alternate screen."""
+    need_tmux()
+    folder = tmp_path / "run"
+    folder.mkdir()
+    later = tmp_path / "later.jsonl"
+    cases = [(folder, "is a directory"), (later, "is a directory")]
+    if os.geteuid() != 0:  # root reads any file
+        locked = tmp_path / "locked.jsonl"
+        locked.write_bytes(b"")
+        locked.chmod(0)
+        cases.append((locked, "permission denied"))
+    for n, (path, words) in enumerate(cases):
+        where = tmp_path / f"tmux{n}"
+        where.mkdir()
+        tmux = Tmux(command("watch", str(path), "--interval", "0.1"), where)
+        try:
+            if path == later:
+                tmux.wait_for("waiting for it to appear")
+                later.mkdir()
+            after = tmux.wait_for("EXIT=")
+            assert "EXIT=2" in after and f"{path}: {words}" in after, after
+            assert "Traceback" not in after and "│" not in after
+            assert tmux.flags() == "0 1"  # off the alternate screen, cursor shown
+        finally:
+            tmux.close()
 
 
 def test_once_prints_the_files_last_step_and_its_cost(tmp_path):

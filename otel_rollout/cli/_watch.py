@@ -8,6 +8,7 @@ over; the screen is drawn with ``rich`` (the ``watch`` extra), imported only her
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
@@ -93,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
                        "(read a finished .gz with batch-age, cost or report)")  # fmt: skip
     if args.once:
         return _once(args.file, render, Console, style, args.window)
+    if os.path.exists(args.file):  # a path with nothing at it yet is waited for
+        _check_readable(args.file)
     console = Console()
     if not console.is_terminal:
         raise CliError("the live view needs a terminal; --once prints one frame to a pipe or file")
@@ -107,10 +110,14 @@ def _gzipped(path: str) -> bool:
         return False
 
 
-def _once(path: str, render: Any, console_type: Any, style: Style, window: int) -> int:
+def _check_readable(path: str | Path) -> None:
     problem = unreadable(Path(path))
     if problem is not None:
         raise CliError(problem)
+
+
+def _once(path: str, render: Any, console_type: Any, style: Style, window: int) -> int:
+    _check_readable(path)
     trace = LiveTrace(path, window=window)
     try:
         while trace.read(budget=60.0):
@@ -139,7 +146,12 @@ def _follow(trace: LiveTrace, render: Any, console: Any, style: Style, interval:
         with Live(console=console, auto_refresh=False, screen=True, transient=True) as view:
             while True:
                 began = time.monotonic()
-                trace.read(budget=max(0.05, interval / 2))
+                try:
+                    trace.read(budget=max(0.05, interval / 2))
+                except OSError as exc:  # a directory or an unreadable file came at the path
+                    # Raised inside the Live block, so the screen is restored before it is said.
+                    _check_readable(trace.path)
+                    raise CliError(f"{trace.path}: {exc.strerror or exc}") from None
                 last = trace.frame()
                 view.update(render.frame_view(last, style), refresh=True)
                 # A file still catching up is read again at once (the screen shows progress).
