@@ -72,7 +72,7 @@ def write(source: Path, path: Path, rate: int) -> None:
 def plain_follow(path: Path, interval: float, until: Path) -> None:
     """The yardstick: read appended lines every ``interval`` and parse each; keep nothing."""
     follower = FileFollower(path)
-    while not until.exists():
+    while not until.exists() and until.parent.is_dir():  # its directory gone: the bench failed
         for line in follower.read().lines:
             orjson.loads(line)
         time.sleep(interval)
@@ -110,18 +110,21 @@ def figures(rate: int, seconds: float, interval: float) -> dict[str, Any]:
             "50",
             f"exec {shlex.join(watch)}",
         )
+        children: list[subprocess.Popen[bytes]] = []
         try:
             watch_pid = int(tmux(socket, "display", "-p", "-t", "w", "#{pane_pid}"))
             here = Path(__file__).resolve()
             plain = subprocess.Popen(
                 [sys.executable, str(here), "--plain", str(path), str(interval), str(done)]
             )
+            children.append(plain)
             time.sleep(1.0)  # both started and idle
             cpu0 = {"watch": cpu_seconds(watch_pid), "plain follower": cpu_seconds(plain.pid)}
             began = time.monotonic()
             writer = subprocess.Popen(
                 [sys.executable, str(here), "--write", str(source), str(path), str(rate)]
             )
+            children.append(writer)
             writer.wait()
             wall = time.monotonic() - began
             time.sleep(2 * interval + 0.5)  # the last lines read and drawn
@@ -132,7 +135,10 @@ def figures(rate: int, seconds: float, interval: float) -> dict[str, Any]:
             screen = tmux(socket, "capture-pane", "-p", "-t", "w")
             done.touch()
             plain.wait()
-        finally:
+        finally:  # nothing left running when something failed
+            for child in children:
+                child.kill()
+                child.wait()
             tmux(socket, "kill-server")
         lines = sum(1 for _ in path.open("rb"))
         ages = batch_age_by_step(read_events(path))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -87,12 +89,14 @@ def test_the_screen_follows_a_run_through_sigkill_and_resume_and_quits_on_ctrl_c
     log_dir = tmp_path / "run"
     path = log_dir / "rollout_trace.jsonl"
     tmux = Tmux(command("watch", str(path), "--interval", "0.2"), tmp_path)
+    demo = None
     try:
         tmux.wait_for("waiting for it to appear")
+        # A process group of its own: the demo and the run it is running are killed together.
         demo = subprocess.Popen(
             command("demo", "--log-dir", str(log_dir), "--speed", "2", "--steps", "14",
                     "--kill-at", "4,9", "--quiet"),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
         seen: list[tuple[str, int, int]] = []  # (run shown, its number in the file, stops)
         while demo.poll() is None:
@@ -117,6 +121,10 @@ def test_the_screen_follows_a_run_through_sigkill_and_resume_and_quits_on_ctrl_c
         assert "│" not in after  # the full-screen view is gone: the shell's screen is back
         assert tmux.flags() == "0 1"  # off the alternate screen, cursor shown
     finally:
+        if demo is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait()
         tmux.close()
 
 
