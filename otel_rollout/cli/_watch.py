@@ -20,7 +20,7 @@ from .._blocks import GZIP_MAGIC
 from ..live import LiveTrace
 from ..reader import unreadable
 from ..render.fields import Style
-from ._common import CliError, add_full_ids
+from ._common import CliError, add_full_ids, positive_int
 
 _MISSING = "otel-rollout watch needs rich: pip install 'otel-rollout[watch]'"
 
@@ -67,7 +67,7 @@ def add_parser(commands: Any) -> None:
         help="read the file as it is, print one frame to stdout and exit (for scripts)",
     )
     parser.add_argument(
-        "--window", type=int, default=5, metavar="N", help="steps before/after a stop (5)"
+        "--window", type=positive_int, default=5, metavar="N", help="steps before/after a stop (5)"
     )
     add_full_ids(parser)
     parser.set_defaults(handler=run)
