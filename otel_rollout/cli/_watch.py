@@ -20,7 +20,14 @@ from .._blocks import GZIP_MAGIC
 from ..live import LiveTrace
 from ..reader import unreadable
 from ..render.fields import Style
-from ._common import CliError, add_full_ids, positive_int
+from ._common import (
+    CliError,
+    add_full_ids,
+    check_is_trace,
+    positive_int,
+    terminal_progress,
+    without_cyclic_gc,
+)
 
 _MISSING = "otel-rollout watch needs rich: pip install 'otel-rollout[watch]'"
 
@@ -118,13 +125,21 @@ def _check_readable(path: str | Path) -> None:
 
 def _once(path: str, render: Any, console_type: Any, style: Style, window: int) -> int:
     _check_readable(path)
+    without_cyclic_gc()
+    progress = terminal_progress(f"reading {Path(path).name}")
     trace = LiveTrace(path, window=window)
     try:
-        while trace.read(budget=60.0):
-            pass
-        reader = trace.reader
-        if reader.lines and not reader.events and not reader.first_line_is_event:
-            raise CliError(f"{path}: not a trace file (its first line is not a JSON event)")
+        total = trace.follower.size()  # the file as it is now; what is appended later waits
+        while True:
+            trace.read(budget=0.1)
+            done = min(trace.follower.offset, total)
+            if progress is not None:
+                progress(done, total)
+            if trace.caught_up or trace.follower.read_to >= total:
+                break
+        if progress is not None:
+            progress(total, total)
+        check_is_trace(trace.reader, trace.reader.events)
         width = None if sys.stdout.isatty() else 120  # a pipe gets lines of 120 characters
         console = console_type(file=sys.stdout, width=width, highlight=False)
         console.print(render.frame_view(trace.frame(), style, live=False))
