@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from . import config
@@ -38,16 +39,23 @@ def file_size(path: str | os.PathLike[str]) -> int:
 class Lines:
     """Complete lines read by one :meth:`FileFollower.read` call.
 
-    ``start`` is the file offset of the first line, ``end`` the offset just
-    past the last one's newline (the follower's :attr:`~FileFollower.offset`
-    after the call).  ``reopened`` says the file was replaced or truncated
-    before these lines, so they are read from its start.
+    ``data`` is their bytes as the file holds them, each line with its newline (a
+    line too long to hold is an empty one); ``lines`` the same lines split, without
+    newlines, made only when asked for (a caller decoding whole blocks never needs
+    them).  ``start`` is the file offset of the first line, ``end`` the offset just
+    past the last one's newline (the follower's :attr:`~FileFollower.offset` after
+    the call).  ``reopened`` says the file was replaced or truncated before these
+    lines, so they are read from its start.
     """
 
-    lines: list[bytes]
+    data: bytes
     start: int
     end: int
     reopened: bool = False
+
+    @cached_property
+    def lines(self) -> list[bytes]:
+        return self.data[:-1].split(b"\n") if self.data else []
 
 
 class FileFollower:
@@ -97,34 +105,35 @@ class FileFollower:
         """The complete lines appended since the last call (maybe none); never blocks."""
         reopened = False
         if self._fd is None and not self._open():
-            return Lines([], self.offset, self.offset)
+            return Lines(b"", self.offset, self.offset)
         assert self._fd is not None
         if self._replaced():
             os.close(self._fd)
             self._fd = None
             if not self._open():
-                return Lines([], self.offset, self.offset)
+                return Lines(b"", self.offset, self.offset)
             self.offset = self._read_at = 0
             self._pending, self._skipping = b"", False
             reopened = True
         chunk = os.pread(self._fd, limit, self._read_at)  # type: ignore[arg-type]  # the fd is open while reading
         if not chunk:
-            return Lines([], self.offset, self.offset, reopened)
+            return Lines(b"", self.offset, self.offset, reopened)
         self._read_at += len(chunk)
         data = self._pending + chunk if self._pending else chunk
         cut = data.rfind(b"\n") + 1
         start = self.offset
         self.offset += cut
-        lines = data[: cut - 1].split(b"\n") if cut else []
-        if lines and self._skipping:  # the tail of a line too long to hold: its newline ends it
-            lines[0], self._skipping = b"", False
+        block = data[:cut]
+        if cut and self._skipping:  # the tail of a line too long to hold: its newline ends it
+            block = block[block.index(b"\n") :]  # an empty line in its place
+            self._skipping = False
             self.long_lines += 1
         rest = data[cut:]
         if len(rest) > self.max_line_bytes:  # hold no more of a line past the limit
             self.offset += len(rest)
             rest, self._skipping = b"", True
         self._pending = rest
-        return Lines(lines, start, self.offset, reopened)
+        return Lines(block, start, self.offset, reopened)
 
     @property
     def read_to(self) -> int:

@@ -200,10 +200,9 @@ class LiveTrace:
                 for _ in range(self.follower.long_lines - self._long):
                     self._skip(reader.lines + 1, "a line over OTEL_ROLLOUT_MAX_LINE_BYTES")
                 self._long = self.follower.long_lines
-            if not batch.lines:
+            if not batch.data:
                 break
-            data = b"\n".join(batch.lines) + b"\n"
-            self.engine.feed([reader.numbered_block(data, reader.lines)])
+            self.engine.feed([reader.numbered_block(batch.data, reader.lines)])
             if time.monotonic() >= deadline:
                 break
         now = time.monotonic()
