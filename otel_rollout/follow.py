@@ -72,9 +72,12 @@ class FileFollower:
         #: Offset just past the last complete line handed out.
         self.offset = offset
         self.max_line_bytes = config.MAX_LINE_BYTES.resolve(max_line_bytes)
-        #: Lines longer than ``max_line_bytes``, passed over without being held.
+        #: Lines longer than ``max_line_bytes``, passed over without being handed out.
         self.long_lines = 0
+        #: The length of the last of them (at most one ends in each :meth:`read`).
+        self.long_line_bytes = 0
         self._skipping = False  # inside a line too long to hold, until its newline
+        self._long_from = 0  # where that line began
         self._fd: int | None = None
         self._inode: tuple[int, int] | None = None
         self._pending = b""
@@ -119,17 +122,26 @@ class FileFollower:
         if not chunk:
             return Lines(b"", self.offset, self.offset, reopened)
         self._read_at += len(chunk)
-        data = self._pending + chunk if self._pending else chunk
+        held = self._pending
+        data = held + chunk if held else chunk
         cut = data.rfind(b"\n") + 1
         start = self.offset
         self.offset += cut
         block = data[:cut]
-        if cut and self._skipping:  # the tail of a line too long to hold: its newline ends it
-            block = block[block.index(b"\n") :]  # an empty line in its place
-            self._skipping = False
-            self.long_lines += 1
+        if cut and (held or self._skipping):  # the first line began in an earlier read
+            first = block.index(b"\n")
+            length = start + first - (self._long_from if self._skipping else start)
+            # Over the limit in all (as the reader's chunks() counts a line across reads):
+            # an empty line in its place, however little of it was held.
+            if self._skipping or length > self.max_line_bytes:
+                block = block[first:]
+                self._skipping = False
+                self.long_lines += 1
+                self.long_line_bytes = length
         rest = data[cut:]
         if len(rest) > self.max_line_bytes:  # hold no more of a line past the limit
+            if not self._skipping:
+                self._long_from = self.offset
             self.offset += len(rest)
             rest, self._skipping = b"", True
         self._pending = rest

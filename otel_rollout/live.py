@@ -196,9 +196,8 @@ class LiveTrace:
                 )
                 self._begin()
                 reader, before = self.reader, 0
-            if self.follower.long_lines > self._long:  # held back whole: now a blank line
-                for _ in range(self.follower.long_lines - self._long):
-                    self._skip(reader.lines + 1, "a line over OTEL_ROLLOUT_MAX_LINE_BYTES")
+            if self.follower.long_lines > self._long:  # the batch's first line, now blank
+                reader.skip_long_line(reader.lines + 1, self.follower.long_line_bytes)
                 self._long = self.follower.long_lines
             if not batch.data:
                 break

@@ -82,6 +82,20 @@ def test_a_line_over_the_limit_is_passed_over_without_being_held(tmp_path):
     got = follower.read()
     assert got.lines == [b"", b"ok"] and got.data == b"\nok\n"  # the raw block says the same
     assert follower.long_lines == 1 and follower.offset == path.stat().st_size
+    assert follower.long_line_bytes == 300
+
+
+def test_a_held_line_that_ends_over_the_limit_is_passed_over_too(tmp_path):
+    """A partial line held under the limit whose newline brings it over is no line either."""
+    path = tmp_path / "t.jsonl"
+    follower = FileFollower(path, max_line_bytes=100)
+    path.write_bytes(b"ok\n" + b"x" * 60)
+    assert follower.read().lines == [b"ok"]
+    with open(path, "ab") as f:
+        f.write(b"x" * 60 + b"\nnext\n")
+    got = follower.read()
+    assert got.lines == [b"", b"next"] and got.data == b"\nnext\n"
+    assert (follower.long_lines, follower.long_line_bytes) == (1, 120)
 
 
 @given(

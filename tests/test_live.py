@@ -139,3 +139,27 @@ def test_a_file_that_appears_later_is_waited_for(tmp_path):
     trace.read()
     assert trace.frame().run_id == "r"
     trace.close()
+
+
+def test_a_line_over_the_limit_is_skipped_with_the_readers_words_however_it_arrives(
+    demo_lines, tmp_path, monkeypatch
+):
+    """A line over OTEL_ROLLOUT_MAX_LINE_BYTES, begun in one read and ended in the next
+    (first under the limit, then over it; or past it at once), is skipped with its length
+    as the reader says it, and its event is not read."""
+    limit = max(len(line) for line in demo_lines) + 10
+    monkeypatch.setenv("OTEL_ROLLOUT_MAX_LINE_BYTES", str(limit))
+    event = demo_lines[1][:-1] + b',"pad":"' + b"x" * limit + b'"}'  # still a valid event
+    for split in (limit // 2, limit + 5):  # held back, then completed; passed over
+        path = tmp_path / f"rollout_trace{split}.jsonl"
+        path.write_bytes(demo_lines[0] + b"\n" + event[:split])
+        seen: list = []
+        trace = LiveTrace(path, on_warning=lambda w, why, seen=seen: seen.append((w, why)))
+        trace.read()
+        with open(path, "ab") as out:
+            out.write(event[split:] + b"\n" + demo_lines[2] + b"\n")
+        trace.read()
+        why = f"a line of {len(event):,} bytes, over the limit of {limit:,}"
+        assert seen == [(2, f"{why} (OTEL_ROLLOUT_MAX_LINE_BYTES); skipped")]
+        assert trace.reader.events == 2 and trace.frame().lines == 3
+        trace.close()
