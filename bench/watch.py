@@ -83,6 +83,13 @@ def tmux(socket: str, *args: str) -> str:
     return done.stdout
 
 
+def shown_step(screen: str) -> tuple[int | None, str | None]:
+    """The step and batch age a captured screen shows."""
+    step = re.search(r"│ step\s+([\d,]+)", screen)
+    age = re.search(r"│ batch age\s+(\S+)", screen)
+    return int(step.group(1).replace(",", "")) if step else None, age.group(1) if age else None
+
+
 def figures(rate: int, seconds: float, interval: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -132,23 +139,25 @@ def figures(rate: int, seconds: float, interval: float) -> dict[str, Any]:
                 "watch": cpu_seconds(watch_pid) - cpu0["watch"],
                 "plain follower": cpu_seconds(plain.pid) - cpu0["plain follower"],
             }
-            screen = tmux(socket, "capture-pane", "-p", "-t", "w")
             done.touch()
             plain.wait()
+            ages = batch_age_by_step(read_events(path))
+            last = max(ages)
+            # On a loaded machine the last frame can come later than the fixed wait above:
+            # look until it shows the file's last step, or give up after a deadline.
+            deadline = time.monotonic() + 30
+            while True:
+                screen = tmux(socket, "capture-pane", "-p", "-t", "w")
+                shown = shown_step(screen)
+                if shown == (last, f"{ages[last]:.4f}") or time.monotonic() > deadline:
+                    break
+                time.sleep(interval / 2)
         finally:  # nothing left running when something failed
             for child in children:
                 child.kill()
                 child.wait()
             tmux(socket, "kill-server")
         lines = sum(1 for _ in path.open("rb"))
-        ages = batch_age_by_step(read_events(path))
-        last = max(ages)
-        step = re.search(r"│ step\s+([\d,]+)", screen)
-        age = re.search(r"│ batch age\s+(\S+)", screen)
-        shown = (
-            int(step.group(1).replace(",", "")) if step else None,
-            age.group(1) if age else None,
-        )
         return {
             "rate": rate,
             "lines": lines,

@@ -69,6 +69,23 @@ class Tmux:
             time.sleep(0.1)
         raise AssertionError(f"{what!r} never appeared on the screen:\n{self.screen()}")
 
+    def settled_run(self, number: int, timeout: float = 30) -> tuple[str, int, int]:
+        """``(run shown, its number in the file, stops)`` once the screen shows run
+        ``number`` the same on two captures in a row (one taken mid-redraw can be torn)."""
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            text = self.screen()
+            run, stops = RUN.search(text), STOPS.search(text)
+            shown = None
+            if run is not None and int(run.group(2)) == number:
+                shown = (run.group(1), number, int(stops.group(1)) if stops else 0)
+                if shown == last:
+                    return shown
+            last = shown
+            time.sleep(0.1)
+        raise AssertionError(f"run {number} never settled on the screen:\n{self.screen()}")
+
     def close(self) -> None:
         subprocess.run(["tmux", "-S", self.socket, "kill-server"], capture_output=True)
 
@@ -98,15 +115,18 @@ def test_the_screen_follows_a_run_through_sigkill_and_resume_and_quits_on_ctrl_c
                     "--kill-at", "4,9", "--quiet"),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
+        # Each time a run starts in the file, the demo is paused (SIGSTOP to its group) until
+        # the screen shows that run: however slow the machine, no run can pass unseen.
         seen: list[tuple[str, int, int]] = []  # (run shown, its number in the file, stops)
         while demo.poll() is None:
-            text = tmux.screen()
-            run, stops = RUN.search(text), STOPS.search(text)
-            if run is not None:
-                shown = (run.group(1), int(run.group(2)), int(stops.group(1)) if stops else 0)
-                if not seen or seen[-1] != shown:
-                    seen.append(shown)
-            time.sleep(0.1)
+            started = path.read_bytes().count(b'"event":"run.start"') if path.exists() else 0
+            if started > len(seen):
+                os.killpg(demo.pid, signal.SIGSTOP)
+                try:
+                    seen.append(tmux.settled_run(started))
+                finally:
+                    os.killpg(demo.pid, signal.SIGCONT)
+            time.sleep(0.05)
         assert demo.returncode == 0
         step, age = last_step(path)
         final = tmux.wait_for(re.compile(rf"│ step\s+{step}\b.*\n.*│ batch age\s+{age:.4f}"))
