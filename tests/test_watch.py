@@ -201,7 +201,7 @@ def test_once_prints_the_files_last_step_and_its_cost(tmp_path):
 
 
 def test_once_on_something_that_is_no_trace_and_bad_intervals_say_why(tmp_path):
-    """A missing file, a file that is no trace, a gzipped one, a NaN or negative interval
+    """A missing file, a file that is no trace, a gzipped one, a NaN, negative or tiny interval
     and a live view with no terminal to draw on are one line each, exit 2, no traceback."""
     text = tmp_path / "notes.txt"
     text.write_text("hello\nworld\n")
@@ -210,8 +210,9 @@ def test_once_on_something_that_is_no_trace_and_bad_intervals_say_why(tmp_path):
     for args, words in [
         (["--once", str(tmp_path / "none.jsonl")], "no such file"),
         (["--once", str(text)], "not a trace file"),
-        (["--interval", "nan", str(text)], "must be a positive number of seconds, got 'nan'"),
-        (["--interval", "-1", str(text)], "must be a positive number of seconds, got '-1'"),
+        (["--interval", "nan", str(text)], "must be a number of seconds, at least 0.05, got 'nan'"),
+        (["--interval", "-1", str(text)], "must be a number of seconds, at least 0.05, got '-1'"),
+        (["--interval", "1e-9", str(text)], "at least 0.05, got '1e-9'"),  # no busy redraw loop
         ([str(text)], "the live view needs a terminal; --once prints one frame"),
         (["--once", str(gz)], "gzipped; a live view follows a plain log as it grows"),
     ]:

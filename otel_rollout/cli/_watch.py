@@ -39,7 +39,7 @@ def _interval(raw: str) -> float:
         return setting.check(setting.parse(raw))
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"must be a positive number of seconds, got {raw!r}"
+            f"must be a number of seconds, at least {setting.at_least}, got {raw!r}"
         ) from None
 
 
