@@ -104,7 +104,7 @@ class Frame:
     path: str
     exists: bool
     size: int  # the file's size now
-    read_to: int  # bytes read (complete lines)
+    complete_to: int  # offset past the last complete line read (FileFollower.offset)
     partial: int  # bytes of an unfinished last line, held back
     lines: int
     events: int
@@ -272,7 +272,7 @@ class LiveTrace:
             path=str(self.path),
             exists=self.path.exists(),
             size=follower.size(),
-            read_to=follower.offset,
+            complete_to=follower.offset,
             partial=follower.read_to - follower.offset,
             lines=self.reader.lines,
             events=self.reader.events,
