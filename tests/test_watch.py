@@ -178,14 +178,10 @@ def test_a_directory_or_unreadable_file_at_the_path_is_one_line_on_a_restored_sc
             tmux.close()
 
 
-def test_once_prints_the_files_last_step_and_its_cost(tmp_path):
+def test_once_prints_the_files_last_step_and_its_cost(demo_trace):
     """``--once`` on a finished demo file prints one frame: its last step, that step's
     batch age to 4 decimals, and the stops and tokens as the cost analysis counts them."""
-    log_dir = tmp_path / "run"
-    subprocess.run(command("demo", "--log-dir", str(log_dir), "--speed", "50", "--steps", "12",
-                           "--kill-at", "3,7", "--quiet"),
-                   check=True, capture_output=True, timeout=120)  # fmt: skip
-    path = log_dir / "rollout_trace.jsonl"
+    path = demo_trace
     done = subprocess.run(command("watch", "--once", str(path)), capture_output=True,
                           text=True, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr
