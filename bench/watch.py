@@ -72,15 +72,22 @@ def write(source: Path, path: Path, rate: int) -> None:
 def plain_follow(path: Path, interval: float, until: Path) -> None:
     """The yardstick: read appended lines every ``interval`` and parse each; keep nothing."""
     follower = FileFollower(path)
-    while not until.exists():
+    while not until.exists() and until.parent.is_dir():  # its directory gone: the bench failed
         for line in follower.read().lines:
             orjson.loads(line)
         time.sleep(interval)
 
 
 def tmux(socket: str, *args: str) -> str:
-    done = subprocess.run(["tmux", "-L", socket, *args], capture_output=True, text=True)
+    done = subprocess.run(["tmux", "-S", socket, *args], capture_output=True, text=True)
     return done.stdout
+
+
+def shown_step(screen: str) -> tuple[int | None, str | None]:
+    """The step and batch age a captured screen shows."""
+    step = re.search(r"│ step\s+([\d,]+)", screen)
+    age = re.search(r"│ batch age\s+(\S+)", screen)
+    return int(step.group(1).replace(",", "")) if step else None, age.group(1) if age else None
 
 
 def figures(rate: int, seconds: float, interval: float) -> dict[str, Any]:
@@ -88,7 +95,7 @@ def figures(rate: int, seconds: float, interval: float) -> dict[str, Any]:
         tmp = Path(d)
         source = synthetic_trace(tmp / "source.jsonl", int(rate * seconds), runs=2)
         path, done = tmp / "rollout_trace.jsonl", tmp / "done"
-        socket = f"otel-watch-bench-{os.getpid()}"
+        socket = str(tmp / "tmux.sock")  # a socket of our own, gone with the directory
         watch = [
             sys.executable,
             "-m",
@@ -110,18 +117,21 @@ def figures(rate: int, seconds: float, interval: float) -> dict[str, Any]:
             "50",
             f"exec {shlex.join(watch)}",
         )
+        children: list[subprocess.Popen[bytes]] = []
         try:
             watch_pid = int(tmux(socket, "display", "-p", "-t", "w", "#{pane_pid}"))
             here = Path(__file__).resolve()
             plain = subprocess.Popen(
                 [sys.executable, str(here), "--plain", str(path), str(interval), str(done)]
             )
+            children.append(plain)
             time.sleep(1.0)  # both started and idle
             cpu0 = {"watch": cpu_seconds(watch_pid), "plain follower": cpu_seconds(plain.pid)}
             began = time.monotonic()
             writer = subprocess.Popen(
                 [sys.executable, str(here), "--write", str(source), str(path), str(rate)]
             )
+            children.append(writer)
             writer.wait()
             wall = time.monotonic() - began
             time.sleep(2 * interval + 0.5)  # the last lines read and drawn
@@ -129,20 +139,25 @@ def figures(rate: int, seconds: float, interval: float) -> dict[str, Any]:
                 "watch": cpu_seconds(watch_pid) - cpu0["watch"],
                 "plain follower": cpu_seconds(plain.pid) - cpu0["plain follower"],
             }
-            screen = tmux(socket, "capture-pane", "-p", "-t", "w")
             done.touch()
             plain.wait()
-        finally:
+            ages = batch_age_by_step(read_events(path))
+            last = max(ages)
+            # On a loaded machine the last frame can come later than the fixed wait above:
+            # look until it shows the file's last step, or give up after a deadline.
+            deadline = time.monotonic() + 30
+            while True:
+                screen = tmux(socket, "capture-pane", "-p", "-t", "w")
+                shown = shown_step(screen)
+                if shown == (last, f"{ages[last]:.4f}") or time.monotonic() > deadline:
+                    break
+                time.sleep(interval / 2)
+        finally:  # nothing left running when something failed
+            for child in children:
+                child.kill()
+                child.wait()
             tmux(socket, "kill-server")
         lines = sum(1 for _ in path.open("rb"))
-        ages = batch_age_by_step(read_events(path))
-        last = max(ages)
-        step = re.search(r"│ step\s+([\d,]+)", screen)
-        age = re.search(r"│ batch age\s+(\S+)", screen)
-        shown = (
-            int(step.group(1).replace(",", "")) if step else None,
-            age.group(1) if age else None,
-        )
         return {
             "rate": rate,
             "lines": lines,

@@ -46,6 +46,7 @@ class Setting(Generic[T]):
     parse: Callable[[str], T]
     doc: str
     zero_ok: bool = False  # 0 is a meaningful value (none at all), not a mistake
+    at_least: float | None = None  # the smallest value that works, for a number
 
     def resolve(self, explicit: T | None = None) -> T:
         """The explicit value if given, else the environment's, else the default."""
@@ -65,6 +66,8 @@ class Setting(Generic[T]):
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         if number and (value < 0 or (value == 0 and not self.zero_ok)):  # type: ignore[operator]  # a number Setting's value
             raise ValueError(f"{self.env} must be positive, got {value!r}")
+        if number and self.at_least is not None and value < self.at_least:  # type: ignore[operator]  # a number Setting's value
+            raise ValueError(f"{self.env} must be at least {self.at_least}, got {value!r}")
         return value
 
 
@@ -107,14 +110,19 @@ MAX_LINE_BYTES: Setting[int] = Setting(
 )
 
 
+def _seconds(raw: str) -> float:
+    """A finite number of seconds (NaN and infinity are no interval)."""
+    value = float(raw)
+    if not math.isfinite(value):
+        raise ValueError(f"expected a number of seconds, got {raw!r}")
+    return value
+
+
 def _interval(raw: str) -> float:
     """Seconds, or ``off`` (never on its own: ``math.inf``)."""
     if raw.lower() in ("off", "never", "none", "false"):
         return math.inf
-    value = float(raw)
-    if math.isnan(value):
-        raise ValueError("expected seconds or 'off'")
-    return value
+    return _seconds(raw)
 
 
 # Without a sync the kernel writes the page cache back only after ~30 s
@@ -181,14 +189,6 @@ SIDECAR_LINGER: Setting[float] = Setting(
 )
 
 
-def _seconds(raw: str) -> float:
-    """A finite number of seconds (NaN and infinity are no interval)."""
-    value = float(raw)
-    if not math.isfinite(value):
-        raise ValueError(f"expected a number of seconds, got {raw!r}")
-    return value
-
-
 # Twice a second: following a file growing at ~9.4k events/s the view used 10-12.5% of one
 # core, a plain follower parsing every line 1.5-1.7% (bench/README.md, the live view).
 WATCH_INTERVAL: Setting[float] = Setting(
@@ -196,6 +196,9 @@ WATCH_INTERVAL: Setting[float] = Setting(
     0.5,
     _seconds,
     "Seconds between refreshes of 'otel-rollout watch' (its --interval wins).",
+    # --interval 1e-9 redrew in a busy loop, a whole core; a screen redrawn more than 20
+    # times a second shows nothing more.
+    at_least=0.05,
 )
 
 

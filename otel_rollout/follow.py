@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from . import config
@@ -38,16 +39,23 @@ def file_size(path: str | os.PathLike[str]) -> int:
 class Lines:
     """Complete lines read by one :meth:`FileFollower.read` call.
 
-    ``start`` is the file offset of the first line, ``end`` the offset just
-    past the last one's newline (the follower's :attr:`~FileFollower.offset`
-    after the call).  ``reopened`` says the file was replaced or truncated
-    before these lines, so they are read from its start.
+    ``data`` is their bytes as the file holds them, each line with its newline (a
+    line too long to hold is an empty one); ``lines`` the same lines split, without
+    newlines, made only when asked for (a caller decoding whole blocks never needs
+    them).  ``start`` is the file offset of the first line, ``end`` the offset just
+    past the last one's newline (the follower's :attr:`~FileFollower.offset` after
+    the call).  ``reopened`` says the file was replaced or truncated before these
+    lines, so they are read from its start.
     """
 
-    lines: list[bytes]
+    data: bytes
     start: int
     end: int
     reopened: bool = False
+
+    @cached_property
+    def lines(self) -> list[bytes]:
+        return self.data[:-1].split(b"\n") if self.data else []
 
 
 class FileFollower:
@@ -64,9 +72,12 @@ class FileFollower:
         #: Offset just past the last complete line handed out.
         self.offset = offset
         self.max_line_bytes = config.MAX_LINE_BYTES.resolve(max_line_bytes)
-        #: Lines longer than ``max_line_bytes``, passed over without being held.
+        #: Lines longer than ``max_line_bytes``, passed over without being handed out.
         self.long_lines = 0
+        #: The length of the last of them (at most one ends in each :meth:`read`).
+        self.long_line_bytes = 0
         self._skipping = False  # inside a line too long to hold, until its newline
+        self._long_from = 0  # where that line began
         self._fd: int | None = None
         self._inode: tuple[int, int] | None = None
         self._pending = b""
@@ -97,34 +108,44 @@ class FileFollower:
         """The complete lines appended since the last call (maybe none); never blocks."""
         reopened = False
         if self._fd is None and not self._open():
-            return Lines([], self.offset, self.offset)
+            return Lines(b"", self.offset, self.offset)
         assert self._fd is not None
         if self._replaced():
             os.close(self._fd)
             self._fd = None
             if not self._open():
-                return Lines([], self.offset, self.offset)
+                return Lines(b"", self.offset, self.offset)
             self.offset = self._read_at = 0
             self._pending, self._skipping = b"", False
             reopened = True
         chunk = os.pread(self._fd, limit, self._read_at)  # type: ignore[arg-type]  # the fd is open while reading
         if not chunk:
-            return Lines([], self.offset, self.offset, reopened)
+            return Lines(b"", self.offset, self.offset, reopened)
         self._read_at += len(chunk)
-        data = self._pending + chunk if self._pending else chunk
+        held = self._pending
+        data = held + chunk if held else chunk
         cut = data.rfind(b"\n") + 1
         start = self.offset
         self.offset += cut
-        lines = data[: cut - 1].split(b"\n") if cut else []
-        if lines and self._skipping:  # the tail of a line too long to hold: its newline ends it
-            lines[0], self._skipping = b"", False
-            self.long_lines += 1
+        block = data[:cut]
+        if cut and (held or self._skipping):  # the first line began in an earlier read
+            first = block.index(b"\n")
+            length = start + first - (self._long_from if self._skipping else start)
+            # Over the limit in all (as the reader's chunks() counts a line across reads):
+            # an empty line in its place, however little of it was held.
+            if self._skipping or length > self.max_line_bytes:
+                block = block[first:]
+                self._skipping = False
+                self.long_lines += 1
+                self.long_line_bytes = length
         rest = data[cut:]
         if len(rest) > self.max_line_bytes:  # hold no more of a line past the limit
+            if not self._skipping:
+                self._long_from = self.offset
             self.offset += len(rest)
             rest, self._skipping = b"", True
         self._pending = rest
-        return Lines(lines, start, self.offset, reopened)
+        return Lines(block, start, self.offset, reopened)
 
     @property
     def read_to(self) -> int:

@@ -104,7 +104,7 @@ class Frame:
     path: str
     exists: bool
     size: int  # the file's size now
-    read_to: int  # bytes read (complete lines)
+    complete_to: int  # offset past the last complete line read (FileFollower.offset)
     partial: int  # bytes of an unfinished last line, held back
     lines: int
     events: int
@@ -196,14 +196,12 @@ class LiveTrace:
                 )
                 self._begin()
                 reader, before = self.reader, 0
-            if self.follower.long_lines > self._long:  # held back whole: now a blank line
-                for _ in range(self.follower.long_lines - self._long):
-                    self._skip(reader.lines + 1, "a line over OTEL_ROLLOUT_MAX_LINE_BYTES")
+            if self.follower.long_lines > self._long:  # the batch's first line, now blank
+                reader.skip_long_line(reader.lines + 1, self.follower.long_line_bytes)
                 self._long = self.follower.long_lines
-            if not batch.lines:
+            if not batch.data:
                 break
-            data = b"\n".join(batch.lines) + b"\n"
-            self.engine.feed([reader.numbered_block(data, reader.lines)])
+            self.engine.feed([reader.numbered_block(batch.data, reader.lines)])
             if time.monotonic() >= deadline:
                 break
         now = time.monotonic()
@@ -274,7 +272,7 @@ class LiveTrace:
             path=str(self.path),
             exists=self.path.exists(),
             size=follower.size(),
-            read_to=follower.offset,
+            complete_to=follower.offset,
             partial=follower.read_to - follower.offset,
             lines=self.reader.lines,
             events=self.reader.events,

@@ -205,6 +205,15 @@ class EventReader:
         self.lines = before + newlines + final
         return self._numbered(batch)
 
+    def skip_long_line(self, lineno: int, length: int) -> None:
+        """Skip line ``lineno``, ``length`` bytes, over ``max_line_bytes`` (a follower's too)."""
+        self._skip(
+            lineno,
+            f"a line of {length:,} bytes, over the limit of "
+            f"{self.max_line_bytes:,} (OTEL_ROLLOUT_MAX_LINE_BYTES)",
+            False,
+        )
+
     def _numbered(self, batch: Any) -> tuple[list[Any], int | Sequence[int]]:
         if batch.__class__ is tuple:
             self.events += len(batch[0])
@@ -236,12 +245,7 @@ class EventReader:
             def long_line(length: int) -> None:
                 nonlocal lineno
                 lineno += 1
-                self._skip(
-                    lineno,
-                    f"a line of {length:,} bytes, over the limit of "
-                    f"{self.max_line_bytes:,} (OTEL_ROLLOUT_MAX_LINE_BYTES)",
-                    False,
-                )
+                self.skip_long_line(lineno, length)
 
             blocks = chunks(stream, broken if compressed else None, self.max_line_bytes, long_line)
             for chunk, start, end, final in blocks:

@@ -165,6 +165,14 @@ class TestGeneral:
         """argparse usage errors exit 2 without a traceback."""
         assert_clean_error(cli("batch-age", "--bogus"), 2)
 
+    @pytest.mark.parametrize("command", ["cost", "watch"])
+    @pytest.mark.parametrize("window", ["-1", "0", "two"])
+    def test_a_window_of_no_steps_is_a_usage_error(self, cli, trace_file, command, window):
+        """``--window`` below 1 or not a number is one usage line, exit 2, for each command."""
+        done = cli(command, "--window", window, str(trace_file))
+        assert_clean_error(done, 2)
+        assert f"must be a whole number of at least 1, got '{window}'" in done.stderr
+
     def test_schema_command_prints_the_shipped_schema(self, cli):
         """'otel-rollout schema' prints the JSON Schema file shipped with the package."""
         from otel_rollout.schema import shipped_json_schema

@@ -73,3 +73,18 @@ class TestFsyncInterval:
         monkeypatch.setenv("OTEL_ROLLOUT_FSYNC_INTERVAL", raw)
         assert config.FSYNC_INTERVAL.resolve() == 1.0
         assert "OTEL_ROLLOUT_FSYNC_INTERVAL" in caplog.text
+
+
+class TestWatchInterval:
+    @pytest.mark.parametrize("raw", ["1e-9", "0.01", "inf", "nan", "off"])
+    def test_under_the_floor_or_no_number_keeps_the_default(self, monkeypatch, caplog, raw):
+        """A refresh period under 0.05 s (a busy redraw loop), infinite or NaN warns and
+        keeps the default of 0.5 s."""
+        monkeypatch.setenv("OTEL_ROLLOUT_WATCH_INTERVAL", raw)
+        assert config.WATCH_INTERVAL.resolve() == 0.5
+        assert "OTEL_ROLLOUT_WATCH_INTERVAL" in caplog.text
+
+    def test_the_floor_itself_is_taken(self, monkeypatch):
+        """0.05 s is the shortest refresh period."""
+        monkeypatch.setenv("OTEL_ROLLOUT_WATCH_INTERVAL", "0.05")
+        assert config.WATCH_INTERVAL.resolve() == 0.05

@@ -79,8 +79,23 @@ def test_a_line_over_the_limit_is_passed_over_without_being_held(tmp_path):
     assert follower.read().lines == []
     with open(path, "ab") as f:
         f.write(b"x" * 150 + b"\nok\n")
-    assert follower.read().lines == [b"", b"ok"]
+    got = follower.read()
+    assert got.lines == [b"", b"ok"] and got.data == b"\nok\n"  # the raw block says the same
     assert follower.long_lines == 1 and follower.offset == path.stat().st_size
+    assert follower.long_line_bytes == 300
+
+
+def test_a_held_line_that_ends_over_the_limit_is_passed_over_too(tmp_path):
+    """A partial line held under the limit whose newline brings it over is no line either."""
+    path = tmp_path / "t.jsonl"
+    follower = FileFollower(path, max_line_bytes=100)
+    path.write_bytes(b"ok\n" + b"x" * 60)
+    assert follower.read().lines == [b"ok"]
+    with open(path, "ab") as f:
+        f.write(b"x" * 60 + b"\nnext\n")
+    got = follower.read()
+    assert got.lines == [b"", b"next"] and got.data == b"\nnext\n"
+    assert (follower.long_lines, follower.long_line_bytes) == (1, 120)
 
 
 @given(
@@ -105,6 +120,7 @@ def test_any_way_of_appending_gives_the_same_lines(tmp_path_factory, lines, cuts
             while True:
                 batch = follower.read(limit)
                 assert batch.start + sum(len(x) + 1 for x in batch.lines) == batch.end
+                assert batch.data == b"".join(x + b"\n" for x in batch.lines)
                 got += batch.lines
                 if batch.end == batch.start and follower._read_at >= written:
                     break

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,21 +27,10 @@ BAD_LINES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def demo_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real demo run's trace: killed twice with SIGKILL and resumed."""
-    out = tmp_path_factory.mktemp("demo")
-    subprocess.run(
-        [sys.executable, "-m", "otel_rollout", "demo", "--log-dir", str(out), "--speed", "50",
-         "--quiet", "--steps", "14", "--kill-at", "4,9"],
-        check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
-    return out / "rollout_trace.jsonl"
-
-
 @pytest.fixture
-def demo_lines(demo_file: Path) -> list[bytes]:
-    return demo_file.read_bytes().split(b"\n")[:-1]
+def demo_lines(demo_trace: Path) -> list[bytes]:
+    """The lines of a real demo run's trace (killed twice with SIGKILL and resumed)."""
+    return demo_trace.read_bytes().split(b"\n")[:-1]
 
 
 def fresh_pass(path: Path) -> tuple[list, list]:
@@ -67,10 +54,10 @@ def state_of(trace: LiveTrace) -> dict:
 
 @settings(max_examples=40)
 @given(data=st.data())
-def test_pieces_at_any_byte_give_one_passs_state_and_results(demo_file, tmp_path_factory, data):
+def test_pieces_at_any_byte_give_one_passs_state_and_results(demo_trace, tmp_path_factory, data):
     """Cut at arbitrary byte offsets (mid-line too), with damaged lines mixed in, the file
     read look by look has the state, results and warnings of one fresh pass."""
-    lines = demo_file.read_bytes().split(b"\n")[:-1]
+    lines = demo_trace.read_bytes().split(b"\n")[:-1]
     for bad in data.draw(st.lists(st.sampled_from(BAD_LINES), max_size=4)):
         lines.insert(data.draw(st.integers(0, len(lines))), bad)
     content = b"".join(line + b"\n" for line in lines)
@@ -139,3 +126,27 @@ def test_a_file_that_appears_later_is_waited_for(tmp_path):
     trace.read()
     assert trace.frame().run_id == "r"
     trace.close()
+
+
+def test_a_line_over_the_limit_is_skipped_with_the_readers_words_however_it_arrives(
+    demo_lines, tmp_path, monkeypatch
+):
+    """A line over OTEL_ROLLOUT_MAX_LINE_BYTES, begun in one read and ended in the next
+    (first under the limit, then over it; or past it at once), is skipped with its length
+    as the reader says it, and its event is not read."""
+    limit = max(len(line) for line in demo_lines) + 10
+    monkeypatch.setenv("OTEL_ROLLOUT_MAX_LINE_BYTES", str(limit))
+    event = demo_lines[1][:-1] + b',"pad":"' + b"x" * limit + b'"}'  # still a valid event
+    for split in (limit // 2, limit + 5):  # held back, then completed; passed over
+        path = tmp_path / f"rollout_trace{split}.jsonl"
+        path.write_bytes(demo_lines[0] + b"\n" + event[:split])
+        seen: list = []
+        trace = LiveTrace(path, on_warning=lambda w, why, seen=seen: seen.append((w, why)))
+        trace.read()
+        with open(path, "ab") as out:
+            out.write(event[split:] + b"\n" + demo_lines[2] + b"\n")
+        trace.read()
+        why = f"a line of {len(event):,} bytes, over the limit of {limit:,}"
+        assert seen == [(2, f"{why} (OTEL_ROLLOUT_MAX_LINE_BYTES); skipped")]
+        assert trace.reader.events == 2 and trace.frame().lines == 3
+        trace.close()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -36,15 +38,16 @@ def last_step(path: Path) -> tuple[int, float]:
 
 
 class Tmux:
-    """One tmux server of our own (its own socket), 160×50, running one command."""
+    """One tmux server of our own (its socket a file in ``where``), 160×50, running one
+    command."""
 
-    def __init__(self, cmd: list[str]) -> None:
-        self.socket = f"otel-watch-test-{os.getpid()}"
+    def __init__(self, cmd: list[str], where: Path) -> None:
+        self.socket = str(where / "tmux.sock")
         shell = f"{shlex.join(cmd)}; echo EXIT=$?; sleep 60"
         self._tmux("new-session", "-d", "-s", "w", "-x", "160", "-y", "50", shell)
 
     def _tmux(self, *args: str) -> str:
-        done = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True,
+        done = subprocess.run(["tmux", "-S", self.socket, *args], capture_output=True,
                               text=True, check=True, timeout=10)  # fmt: skip
         return done.stdout
 
@@ -66,38 +69,64 @@ class Tmux:
             time.sleep(0.1)
         raise AssertionError(f"{what!r} never appeared on the screen:\n{self.screen()}")
 
+    def settled_run(self, number: int, timeout: float = 30) -> tuple[str, int, int]:
+        """``(run shown, its number in the file, stops)`` once the screen shows run
+        ``number`` the same on two captures in a row (one taken mid-redraw can be torn)."""
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            text = self.screen()
+            run, stops = RUN.search(text), STOPS.search(text)
+            shown = None
+            if run is not None and int(run.group(2)) == number:
+                shown = (run.group(1), number, int(stops.group(1)) if stops else 0)
+                if shown == last:
+                    return shown
+            last = shown
+            time.sleep(0.1)
+        raise AssertionError(f"run {number} never settled on the screen:\n{self.screen()}")
+
     def close(self) -> None:
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
+        subprocess.run(["tmux", "-S", self.socket, "kill-server"], capture_output=True)
+
+
+def need_tmux() -> None:
+    if shutil.which("tmux") is None:
+        message = "tmux is not installed (apt-get install -y tmux)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
 
 
 def test_the_screen_follows_a_run_through_sigkill_and_resume_and_quits_on_ctrl_c(tmp_path):
     """Watching a live demo (killed twice with SIGKILL, resumed each time), the screen
     shows each new run and stop as it comes and ends on the step and batch age the file
     holds; Ctrl-C exits 0 with the terminal restored."""
-    if shutil.which("tmux") is None:
-        message = "tmux is not installed (apt-get install -y tmux)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    need_tmux()
     log_dir = tmp_path / "run"
     path = log_dir / "rollout_trace.jsonl"
-    tmux = Tmux(command("watch", str(path), "--interval", "0.2"))
+    tmux = Tmux(command("watch", str(path), "--interval", "0.2"), tmp_path)
+    demo = None
     try:
         tmux.wait_for("waiting for it to appear")
+        # A process group of its own: the demo and the run it is running are killed together.
         demo = subprocess.Popen(
             command("demo", "--log-dir", str(log_dir), "--speed", "2", "--steps", "14",
                     "--kill-at", "4,9", "--quiet"),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
+        # Each time a run starts in the file, the demo is paused (SIGSTOP to its group) until
+        # the screen shows that run: however slow the machine, no run can pass unseen.
         seen: list[tuple[str, int, int]] = []  # (run shown, its number in the file, stops)
         while demo.poll() is None:
-            text = tmux.screen()
-            run, stops = RUN.search(text), STOPS.search(text)
-            if run is not None:
-                shown = (run.group(1), int(run.group(2)), int(stops.group(1)) if stops else 0)
-                if not seen or seen[-1] != shown:
-                    seen.append(shown)
-            time.sleep(0.1)
+            started = path.read_bytes().count(b'"event":"run.start"') if path.exists() else 0
+            if started > len(seen):
+                os.killpg(demo.pid, signal.SIGSTOP)
+                try:
+                    seen.append(tmux.settled_run(started))
+                finally:
+                    os.killpg(demo.pid, signal.SIGCONT)
+            time.sleep(0.05)
         assert demo.returncode == 0
         step, age = last_step(path)
         final = tmux.wait_for(re.compile(rf"│ step\s+{step}\b.*\n.*│ batch age\s+{age:.4f}"))
@@ -112,17 +141,47 @@ def test_the_screen_follows_a_run_through_sigkill_and_resume_and_quits_on_ctrl_c
         assert "│" not in after  # the full-screen view is gone: the shell's screen is back
         assert tmux.flags() == "0 1"  # off the alternate screen, cursor shown
     finally:
+        if demo is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait()
         tmux.close()
 
 
-def test_once_prints_the_files_last_step_and_its_cost(tmp_path):
+def test_a_directory_or_unreadable_file_at_the_path_is_one_line_on_a_restored_screen(tmp_path):
+    """The live view of a directory, of a path where a directory appears while it waits,
+    and (not as root) of an unreadable file: one line, exit 2, no traceback, the
+    terminal off the alternate screen."""
+    need_tmux()
+    folder = tmp_path / "run"
+    folder.mkdir()
+    later = tmp_path / "later.jsonl"
+    cases = [(folder, "is a directory"), (later, "is a directory")]
+    if os.geteuid() != 0:  # root reads any file
+        locked = tmp_path / "locked.jsonl"
+        locked.write_bytes(b"")
+        locked.chmod(0)
+        cases.append((locked, "permission denied"))
+    for n, (path, words) in enumerate(cases):
+        where = tmp_path / f"tmux{n}"
+        where.mkdir()
+        tmux = Tmux(command("watch", str(path), "--interval", "0.1"), where)
+        try:
+            if path == later:
+                tmux.wait_for("waiting for it to appear")
+                later.mkdir()
+            after = tmux.wait_for("EXIT=")
+            assert "EXIT=2" in after and f"{path}: {words}" in after, after
+            assert "Traceback" not in after and "│" not in after
+            assert tmux.flags() == "0 1"  # off the alternate screen, cursor shown
+        finally:
+            tmux.close()
+
+
+def test_once_prints_the_files_last_step_and_its_cost(demo_trace):
     """``--once`` on a finished demo file prints one frame: its last step, that step's
     batch age to 4 decimals, and the stops and tokens as the cost analysis counts them."""
-    log_dir = tmp_path / "run"
-    subprocess.run(command("demo", "--log-dir", str(log_dir), "--speed", "50", "--steps", "12",
-                           "--kill-at", "3,7", "--quiet"),
-                   check=True, capture_output=True, timeout=120)  # fmt: skip
-    path = log_dir / "rollout_trace.jsonl"
+    path = demo_trace
     done = subprocess.run(command("watch", "--once", str(path)), capture_output=True,
                           text=True, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -138,7 +197,7 @@ def test_once_prints_the_files_last_step_and_its_cost(tmp_path):
 
 
 def test_once_on_something_that_is_no_trace_and_bad_intervals_say_why(tmp_path):
-    """A missing file, a file that is no trace, a gzipped one, a NaN or negative interval
+    """A missing file, a file that is no trace, a gzipped one, a NaN, negative or tiny interval
     and a live view with no terminal to draw on are one line each, exit 2, no traceback."""
     text = tmp_path / "notes.txt"
     text.write_text("hello\nworld\n")
@@ -147,8 +206,9 @@ def test_once_on_something_that_is_no_trace_and_bad_intervals_say_why(tmp_path):
     for args, words in [
         (["--once", str(tmp_path / "none.jsonl")], "no such file"),
         (["--once", str(text)], "not a trace file"),
-        (["--interval", "nan", str(text)], "must be a positive number of seconds, got 'nan'"),
-        (["--interval", "-1", str(text)], "must be a positive number of seconds, got '-1'"),
+        (["--interval", "nan", str(text)], "must be a number of seconds, at least 0.05, got 'nan'"),
+        (["--interval", "-1", str(text)], "must be a number of seconds, at least 0.05, got '-1'"),
+        (["--interval", "1e-9", str(text)], "at least 0.05, got '1e-9'"),  # no busy redraw loop
         ([str(text)], "the live view needs a terminal; --once prints one frame"),
         (["--once", str(gz)], "gzipped; a live view follows a plain log as it grows"),
     ]:

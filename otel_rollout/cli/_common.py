@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import gc
 import os
 import sys
@@ -115,6 +116,17 @@ def without_cyclic_gc() -> None:
     leaves the caller's process alone.
     """
     gc.disable()
+
+
+def positive_int(raw: str) -> int:
+    """An argparse type: a whole number of at least 1, or a one-line usage error."""
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {raw!r}")
+    return value
 
 
 def add_full_ids(parser: Any) -> None:

@@ -10,7 +10,14 @@ from ..cost import CostReport, analyze_file
 from ..render.fields import Style
 from ..render.records import cost_record
 from ..render.text import write_cost
-from ._common import add_full_ids, check_is_trace, print_json, trace_reader, without_cyclic_gc
+from ._common import (
+    add_full_ids,
+    check_is_trace,
+    positive_int,
+    print_json,
+    trace_reader,
+    without_cyclic_gc,
+)
 
 
 def add_parser(commands: Any) -> None:
@@ -34,7 +41,11 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     add_full_ids(parser)
     parser.add_argument(
-        "--window", type=int, default=5, metavar="N", help="steps before/after for batch age (5)"
+        "--window",
+        type=positive_int,
+        default=5,
+        metavar="N",
+        help="steps before/after for batch age (5)",
     )
     parser.set_defaults(handler=run)
 

@@ -8,6 +8,7 @@ over; the screen is drawn with ``rich`` (the ``watch`` extra), imported only her
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
@@ -19,7 +20,14 @@ from .._blocks import GZIP_MAGIC
 from ..live import LiveTrace
 from ..reader import unreadable
 from ..render.fields import Style
-from ._common import CliError, add_full_ids
+from ._common import (
+    CliError,
+    add_full_ids,
+    check_is_trace,
+    positive_int,
+    terminal_progress,
+    without_cyclic_gc,
+)
 
 _MISSING = "otel-rollout watch needs rich: pip install 'otel-rollout[watch]'"
 
@@ -31,7 +39,7 @@ def _interval(raw: str) -> float:
         return setting.check(setting.parse(raw))
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"must be a positive number of seconds, got {raw!r}"
+            f"must be a number of seconds, at least {setting.at_least}, got {raw!r}"
         ) from None
 
 
@@ -66,7 +74,7 @@ def add_parser(commands: Any) -> None:
         help="read the file as it is, print one frame to stdout and exit (for scripts)",
     )
     parser.add_argument(
-        "--window", type=int, default=5, metavar="N", help="steps before/after a stop (5)"
+        "--window", type=positive_int, default=5, metavar="N", help="steps before/after a stop (5)"
     )
     add_full_ids(parser)
     parser.set_defaults(handler=run)
@@ -93,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
                        "(read a finished .gz with batch-age, cost or report)")  # fmt: skip
     if args.once:
         return _once(args.file, render, Console, style, args.window)
+    if os.path.exists(args.file):  # a path with nothing at it yet is waited for
+        _check_readable(args.file)
     console = Console()
     if not console.is_terminal:
         raise CliError("the live view needs a terminal; --once prints one frame to a pipe or file")
@@ -107,17 +117,29 @@ def _gzipped(path: str) -> bool:
         return False
 
 
-def _once(path: str, render: Any, console_type: Any, style: Style, window: int) -> int:
+def _check_readable(path: str | Path) -> None:
     problem = unreadable(Path(path))
     if problem is not None:
         raise CliError(problem)
+
+
+def _once(path: str, render: Any, console_type: Any, style: Style, window: int) -> int:
+    _check_readable(path)
+    without_cyclic_gc()
+    progress = terminal_progress(f"reading {Path(path).name}")
     trace = LiveTrace(path, window=window)
     try:
-        while trace.read(budget=60.0):
-            pass
-        reader = trace.reader
-        if reader.lines and not reader.events and not reader.first_line_is_event:
-            raise CliError(f"{path}: not a trace file (its first line is not a JSON event)")
+        total = trace.follower.size()  # the file as it is now; what is appended later waits
+        while True:
+            trace.read(budget=0.1)
+            done = min(trace.follower.offset, total)
+            if progress is not None:
+                progress(done, total)
+            if trace.caught_up or trace.follower.read_to >= total:
+                break
+        if progress is not None:
+            progress(total, total)
+        check_is_trace(trace.reader, trace.reader.events)
         width = None if sys.stdout.isatty() else 120  # a pipe gets lines of 120 characters
         console = console_type(file=sys.stdout, width=width, highlight=False)
         console.print(render.frame_view(trace.frame(), style, live=False))
@@ -139,7 +161,12 @@ def _follow(trace: LiveTrace, render: Any, console: Any, style: Style, interval:
         with Live(console=console, auto_refresh=False, screen=True, transient=True) as view:
             while True:
                 began = time.monotonic()
-                trace.read(budget=max(0.05, interval / 2))
+                try:
+                    trace.read(budget=max(0.05, interval / 2))
+                except OSError as exc:  # a directory or an unreadable file came at the path
+                    # Raised inside the Live block, so the screen is restored before it is said.
+                    _check_readable(trace.path)
+                    raise CliError(f"{trace.path}: {exc.strerror or exc}") from None
                 last = trace.frame()
                 view.update(render.frame_view(last, style), refresh=True)
                 # A file still catching up is read again at once (the screen shows progress).

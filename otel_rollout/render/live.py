@@ -123,9 +123,9 @@ def frame_lines(
     if f.last_step_warning:
         rows.append(("", f"last warning: {_clip(f.last_step_warning)}"))
     rows += _cost_lines(f, style)
-    where = f"{f.path} · {_bytes(f.read_to)} read"
-    if f.size > f.read_to + f.partial:
-        where += f" · catching up: {share(f.read_to, f.size)} of {_bytes(f.size)}"
+    where = f"{f.path} · {_bytes(f.complete_to)} read"
+    if f.size > f.complete_to + f.partial:
+        where += f" · catching up: {share(f.complete_to, f.size)} of {_bytes(f.size)}"
     if not live and f.partial:
         where += f" · a last line of {f.partial:,} bytes not yet complete (not read)"
     rows.append(("file", where))
