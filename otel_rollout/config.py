@@ -119,8 +119,8 @@ def _seconds(raw: str) -> float:
 
 
 def _interval(raw: str) -> float:
-    """Seconds, or ``off`` (never on its own: ``math.inf``)."""
-    if raw.lower() in ("off", "never", "none", "false"):
+    """Seconds, or ``off`` or infinity (never on its own: ``math.inf``)."""
+    if raw.strip().lower() in ("off", "never", "none", "false", "inf", "+inf", "infinity"):
         return math.inf
     return _seconds(raw)
 
