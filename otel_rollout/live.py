@@ -266,7 +266,11 @@ class LiveTrace:
                     recent.append(
                         (n, step_age(n, s.trained_version, s.group_ids, state.seals).batch_age)
                     )
-        sealed = sum(1 for g in state.groups.values() if g.sealed_tokens is not None)
+        # The current run's groups: a stopped run's groups that no step trained are lost at
+        # its stop (cost's ledger), not in flight, though the state keeps them in case.
+        current = run.run_id if run is not None else None
+        groups = [g for g in state.groups.values() if g.run_id == current]
+        sealed = sum(1 for g in groups if g.sealed_tokens is not None)
         follower = self.follower
         return Frame(
             path=str(self.path),
@@ -286,7 +290,7 @@ class LiveTrace:
             recent=recent,
             figures=figures,
             attempts_in_flight=len(state.attempts),
-            groups_in_flight=len(state.groups),
+            groups_in_flight=len(groups),
             groups_sealed=sealed,
             skipped=self.skipped,
             last_skip=self.last_skip,

@@ -150,3 +150,27 @@ def test_a_line_over_the_limit_is_skipped_with_the_readers_words_however_it_arri
         assert seen == [(2, f"{why} (OTEL_ROLLOUT_MAX_LINE_BYTES); skipped")]
         assert trace.reader.events == 2 and trace.frame().lines == 3
         trace.close()
+
+
+def test_in_flight_is_the_current_runs_work(tmp_path):
+    """Groups a killed run left untrained are lost at its stop, not in flight: the view's
+    groups in flight are the current run's (cost counts the others as lost at a stop)."""
+    lines = [
+        '{"t":1.0,"run_id":"A","event":"group.reserve","group_id":"a1","prompt_id":1,"size":1,'
+        '"weight_version":0}',
+        '{"t":1.1,"run_id":"A","event":"group.seal","group_id":"a1","prompt_id":1,"tokens":5}',
+        '{"t":1.2,"run_id":"A","event":"group.reserve","group_id":"a2","prompt_id":2,"size":1,'
+        '"weight_version":0}',
+        '{"t":5.0,"run_id":"B","event":"group.reserve","group_id":"b1","prompt_id":3,"size":1,'
+        '"weight_version":0}',
+        '{"t":5.1,"run_id":"B","event":"group.seal","group_id":"b1","prompt_id":3,"tokens":7}',
+    ]
+    path = tmp_path / "rollout_trace.jsonl"
+    path.write_text("".join(line + "\n" for line in lines))
+    trace = LiveTrace(path)
+    trace.read(budget=60)
+    frame = trace.frame()
+    assert (frame.groups_in_flight, frame.groups_sealed) == (1, 1)
+    shown = dict(frame_lines(frame))
+    assert shown["in flight"].startswith("0 attempts · 1 group (1 sealed")
+    trace.close()

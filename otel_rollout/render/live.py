@@ -104,7 +104,7 @@ def frame_lines(
             shares = [f"{label} {f.age.share(a):.1%}" for label, a in pairs]
             rows.append(("token age", "  ".join(shares) + f"  of {f.age.tokens:,} tokens"))
     flight = (
-        f"{f.attempts_in_flight:,} attempts · {f.groups_in_flight:,} groups "
+        f"{_n(f.attempts_in_flight, 'attempt')} · {_n(f.groups_in_flight, 'group')} "
         f"({f.groups_sealed:,} sealed, not yet trained)"
     )
     rows.append(("in flight", flight))
@@ -141,18 +141,27 @@ def _cost_lines(f: Frame, style: Style) -> list[tuple[str, str]]:
     b = c.boundaries[-1]
     last = (
         f"last: run {short_run(b.old_run, style)} → {short_run(b.new_run, style)}, "
-        f"{b.downtime_s:,.2f} s down, {b.attempts_in_flight:,} attempts and "
-        f"{b.groups_in_flight + b.sealed_groups_untrained:,} groups in flight, "
+        f"{b.downtime_s:,.2f} s down, {_n(b.attempts_in_flight, 'attempt')} and "
+        f"{_n(b.groups_in_flight + b.sealed_groups_untrained, 'group')} in flight, "
         f"{b.tokens_at_risk:,} tokens at risk; steps trained again: {b.steps_retrained:,}"
     )
     if b.catch_up_s is not None:
         last += f", back in {b.catch_up_s:,.2f} s"
+    if b.batch_age_before is not None or b.batch_age_after is not None:
+        last += (  # over --window steps each side
+            f"; batch age {_age(b.batch_age_before)} before → {_age(b.batch_age_after)} after"
+        )
     wasted = sum(c.waste.values())
     tokens = (
         f"tokens {c.tokens_generated:,} generated · {c.tokens_trained:,} trained · "
         f"{wasted:,} wasted ({share(wasted, c.tokens_generated)}) · {c.tokens_pending:,} pending"
     )
     return [("stops", f"{len(c.boundaries):,} so far · {last}"), ("", tokens)]
+
+
+def _n(count: int, noun: str) -> str:
+    """``1 attempt``, ``2 attempts``."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 def _clip(text: str, width: int = 110) -> str:
