@@ -65,7 +65,8 @@ class Setting(Generic[T]):
         """Reject values that cannot work (a queue of zero events, a negative timeout)."""
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         if number and (value < 0 or (value == 0 and not self.zero_ok)):  # type: ignore[operator]  # a number Setting's value
-            raise ValueError(f"{self.env} must be positive, got {value!r}")
+            least = "0 or more" if self.zero_ok else "positive"
+            raise ValueError(f"{self.env} must be {least}, got {value!r}")
         if number and self.at_least is not None and value < self.at_least:  # type: ignore[operator]  # a number Setting's value
             raise ValueError(f"{self.env} must be at least {self.at_least}, got {value!r}")
         return value
