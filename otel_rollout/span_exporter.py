@@ -266,7 +266,8 @@ class JsonlSpanExporter(SpanExporter):
         try:
             attrs = dict(span.attributes or {})  # one copy: the SDK's mapping is slow to read
             events = span_events(span, convention, self._run_id(span, attrs), attrs)
-        except (Malformed, ValueError, TypeError, AttributeError) as exc:
+        except Exception as exc:  # one span's fault (a JSON string nested too deep, a time
+            # past a float's range) costs that span alone, never the rest of its batch
             self._counts["spans_malformed"] += 1
             if self._counts["spans_malformed"] == 1:
                 _log.warning(

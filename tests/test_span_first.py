@@ -277,6 +277,29 @@ class TestExporter:
             ("run.start", "own"), ("checkpoint.publish", "own")]  # fmt: skip
         assert all(problems(e) == [] for e in events)
 
+    def test_one_bad_span_costs_itself_not_its_batch(self, tmp_path):
+        """In one batch, a snapshot nested 100,000 deep (RecursionError) and a time past a
+        float (OverflowError) are counted malformed; the good spans around them are written."""
+        exporter = JsonlSpanExporter(tmp_path / "s.jsonl")
+        provider = TracerProvider(resource=Resource.create({"service.instance.id": "r"}))
+        provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=60_000))
+        tracer = provider.get_tracer("test")
+        good = {"rollout.step": 1, "rollout.weight_version": 1}
+        span(tracer, "rollout.checkpoint.publish", good, T, T)
+        nested = "[" * 10**5 + "]" * 10**5
+        deep = {**ATTEMPT, "rollout.resumed_tokens": 3, "rollout.snapshot": nested}
+        span(tracer, "rollout.attempt", deep, T, T + 1)
+        huge = 10**330
+        tracer.start_span("rollout.checkpoint.publish", attributes=good, start_time=huge).end(
+            end_time=huge
+        )
+        span(tracer, "rollout.group", GROUP, T, T + 3)
+        provider.shutdown()  # one export of all four
+        counts = exporter.counts()
+        assert counts["spans_malformed"] == 2
+        kinds = [e["event"] for e in read_events(tmp_path / "s.jsonl")]
+        assert kinds == ["run.start", "group.reserve", "checkpoint.publish", "group.seal"]
+
     def test_concurrent_exports_write_whole_lines(self, tmp_path):
         """Spans ended on four threads at once (each export on its own thread, as a
         SimpleSpanProcessor does) all reach the file as whole, valid lines."""
