@@ -98,8 +98,9 @@ SPANS: Mapping[str, SpanConvention] = {
         ),
         SpanConvention(
             "rollout.attempt",
-            "Child of its group's span. An attempt without `rollout.weight_version` was "
-            "refused before it ran: its span writes the refuse line only.",
+            "Child of its group's span. A refused or abandoned attempt without "
+            "`rollout.weight_version` ended before it ran: its span writes that end line only "
+            "(any other attempt without it is malformed).",
             opens=("attempt.dispatch", "attempt.resume"),
             closes={
                 "sealed": "attempt.seal",

@@ -52,6 +52,8 @@ _KNOWN = frozenset(
     {r.attribute for r in rows()} | set(SPAN_ONLY) | {RUN_ATTRIBUTE, "rollout.call.id"}
 )
 _ARRAY, _TEXT, _PLAIN = 0, 1, 2
+#: How an attempt may end without having run (no version, no opening line).
+_ENDS_WITHOUT_START = ("refused", "abandoned")
 
 
 def _plan(kind: str) -> tuple[tuple[str, str, int], ...]:
@@ -113,8 +115,14 @@ def span_events(
         if end > start and "duration_s" in EVENTS[convention.single].optional:
             event.setdefault("duration_s", from_ns(end - start))
     else:
-        # An attempt refused before it ran never had a version: its span is the refusal alone.
-        ran = span.name != "rollout.attempt" or "rollout.weight_version" in attrs
+        # An attempt refused or abandoned before it ran never had a version: its span is that
+        # end alone.  Any other attempt without one writes its opening line anyway, which the
+        # schema check below refuses: counted malformed, not written as a bare seal.
+        ran = (
+            span.name != "rollout.attempt"
+            or "rollout.weight_version" in attrs
+            or attrs.get("rollout.outcome") not in _ENDS_WITHOUT_START
+        )
         if convention.opens and ran:
             resumed = "rollout.resumed_tokens" in attrs and len(convention.opens) > 1
             line(convention.opens[-1] if resumed else convention.opens[0], start)

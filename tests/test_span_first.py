@@ -300,6 +300,21 @@ class TestExporter:
         kinds = [e["event"] for e in read_events(tmp_path / "s.jsonl")]
         assert kinds == ["run.start", "group.reserve", "checkpoint.publish", "group.seal"]
 
+    def test_an_attempt_that_ran_without_its_version_is_malformed(self, tmp_path):
+        """A sealed attempt span missing rollout.weight_version is counted malformed and writes
+        no seal without its dispatch; a refused one without it writes the refusal alone."""
+        exporter, provider, tracer = exporting(tmp_path / "s.jsonl")
+        span(tracer, "rollout.group", GROUP, T, T + 3)
+        sealed = {k: v for k, v in ATTEMPT.items() if k != "rollout.weight_version"}
+        span(tracer, "rollout.attempt", sealed, T + 1, T + 2)
+        refused = {**sealed, "rollout.attempt_id": "b", "rollout.outcome": "refused",
+                   "rollout.reason": "stale"}  # fmt: skip
+        span(tracer, "rollout.attempt", refused, T + 2, T + 2)
+        provider.shutdown()
+        assert exporter.counts()["spans_malformed"] == 1
+        kinds = [e["event"] for e in read_events(tmp_path / "s.jsonl")]
+        assert kinds == ["run.start", "group.reserve", "group.seal", "attempt.refuse"]
+
     def test_concurrent_exports_write_whole_lines(self, tmp_path):
         """Spans ended on four threads at once (each export on its own thread, as a
         SimpleSpanProcessor does) all reach the file as whole, valid lines."""
