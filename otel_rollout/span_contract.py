@@ -70,7 +70,8 @@ class SpanConvention:
     #: ``rollout.resumed_tokens``, else ``attempt.dispatch``); none for a span that is one event.
     opens: tuple[str, ...] = ()
     #: ``rollout.outcome`` → the event written at the span's end; without an outcome
-    #: (the span was ended when its run stopped) no end line is written.
+    #: (the span was ended when its run stopped) no end line is written; an outcome not
+    #: listed makes the span malformed.
     closes: Mapping[str, str] = field(default_factory=dict)
     #: The one event of a span that is one event, at the span's end; a span that lasted
     #: has it with ``duration_s`` = end − start unless the attribute says otherwise.

@@ -130,8 +130,12 @@ def span_events(
             kind = convention.span_events.get(span_event.name)
             if kind is not None:
                 line(kind, span_event.timestamp)
-        closing = convention.closes.get(str(attrs.get("rollout.outcome")))
-        if closing is not None:
+        outcome = attrs.get("rollout.outcome")
+        if outcome is not None:  # none: the span was ended when its run stopped
+            closing = convention.closes.get(str(outcome))
+            if closing is None:
+                known = ", ".join(convention.closes)
+                raise Malformed(f"rollout.outcome {outcome!r} is none of {known}")
             line(closing, end)
     beyond = attrs.keys() - _KNOWN
     if out and beyond:  # fields beyond the contract: the last line keeps them, as readers do

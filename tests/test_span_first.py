@@ -315,6 +315,20 @@ class TestExporter:
         kinds = [e["event"] for e in read_events(tmp_path / "s.jsonl")]
         assert kinds == ["run.start", "group.reserve", "group.seal", "attempt.refuse"]
 
+    def test_an_outcome_of_no_end_line_is_malformed(self, tmp_path, caplog):
+        """A group span whose rollout.outcome is a typo ("seal") is counted malformed and logged
+        by the value, not written as a reserve whose seal went missing."""
+        exporter, provider, tracer = exporting(tmp_path / "s.jsonl")
+        with caplog.at_level(logging.WARNING, logger="otel_rollout"):
+            span(tracer, "rollout.group", {**GROUP, "rollout.outcome": "seal"}, T, T + 3)
+            span(tracer, "rollout.group", {**GROUP, "rollout.group_id": "h"}, T, T + 3)
+        provider.shutdown()
+        assert exporter.counts()["spans_malformed"] == 1
+        assert "rollout.outcome 'seal' is none of sealed, discarded" in caplog.text
+        events = list(read_events(tmp_path / "s.jsonl"))
+        assert [(e["event"], e.get("group_id")) for e in events] == [
+            ("run.start", None), ("group.reserve", "h"), ("group.seal", "h")]  # fmt: skip
+
     def test_concurrent_exports_write_whole_lines(self, tmp_path):
         """Spans ended on four threads at once (each export on its own thread, as a
         SimpleSpanProcessor does) all reach the file as whole, valid lines."""
