@@ -7,6 +7,7 @@ import logging
 import re
 import subprocess
 import sys
+from dataclasses import asdict
 from fractions import Fraction
 from pathlib import Path
 
@@ -31,6 +32,20 @@ ROOT = Path(__file__).parent.parent
 def analyses(events: list[dict]) -> tuple:
     """What the file is for: batch age per step, tokens by version, the cost ledger."""
     return batch_age_by_step(events), tokens_by_version(events), analyze(events).ledger
+
+
+#: A span-derived run.start takes the time of its run's earliest line in the first batch
+#: written, not of the run's start: a line of a span still open then (a group's reserve) can
+#: be earlier. The resume time and what is measured from it differ; all else must not.
+_RUN_START_TIMES = ("resumed_at", "downtime_s", "catch_up_s")
+
+
+def boundaries(events: list[dict]) -> list[dict]:
+    """Each stop-and-restore boundary of the cost report, but its run.start-timed fields."""
+    return [
+        {k: v for k, v in asdict(b).items() if k not in _RUN_START_TIMES}
+        for b in analyze(events).boundaries
+    ]
 
 
 def without_run_starts(events: list[dict]) -> list[str]:
@@ -154,6 +169,8 @@ class TestRoundTrip:
         assert analyses(spans) == analyses(log)
         if spans:  # a run that made no span writes no line
             assert analyze(spans).ledger == naive_ledger(spans)
+        if {e["run_id"] for e in spans} == {e["run_id"] for e in log}:
+            assert boundaries(spans) == boundaries(log)
         counts = exporter.counts()
         assert counts["lines_lost"] == counts["spans_malformed"] == counts["spans_held"] == 0
         assert counts["lines_written"] == len(spans)
@@ -254,6 +271,23 @@ class TestExporter:
         checked = cli("validate", "--from-spans", str(path))
         assert checked.returncode == 1
         assert f"{path}:1: error: a checkpoint.publish line of run x before" in checked.stdout
+
+    def test_a_line_earlier_than_its_run_start_is_a_warning(self, tmp_path, cli):
+        """A resumed run whose first group span ends after a sync: its reserve is written after
+        the run.start the sync's batch opened, and validate --from-spans warns, naming it."""
+        path = tmp_path / "s.jsonl"
+        _, provider, tracer = exporting(path, resource={"service.instance.id": "b"})
+        span(tracer, "rollout.weights.sync",
+             {"rollout.replaced_version": 0, "rollout.new_version": 1}, T + 30, T + 31)  # fmt: skip
+        span(tracer, "rollout.group", GROUP, T + 10, T + 70)
+        provider.shutdown()
+        checked = cli("validate", "--from-spans", str(path))
+        assert checked.returncode == 0, checked.stdout
+        assert (
+            f"{path}:3: warning: this group.reserve line is 21.000 s earlier than its run's "
+            "run.start: the downtime before run b reads at least that much too long"
+        ) in checked.stdout
+        assert checked.stdout.count("warning") == 1
 
     def test_other_spans_are_ignored_and_bad_ones_counted(self, tmp_path, caplog):
         """Spans that are not rollout spans are counted as ignored; a rollout span missing a
