@@ -60,8 +60,12 @@ class SpanFirst:
     def emit(self, kind: str, /, **fields: Any) -> None:
         self.export(({"t": time.time(), "run_id": self.run_id, "event": kind, **fields},))
 
-    def flush(self) -> None:
+    def flush(self, *, durable: bool = False) -> None:
+        """As ``RolloutTrace.flush``: written; with ``durable``, on disk too (the SDK's
+        ``force_flush`` never calls the exporter's, which is what syncs)."""
         self.provider.force_flush()
+        if durable:
+            self.exporter.force_flush()
 
     def close(self) -> None:
         self.builder.shutdown()

@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -203,6 +204,7 @@ class JsonlSpanExporter(SpanExporter):
             "spans_ignored": 0,
             "spans_malformed": 0,
             "spans_held_past_bound": 0,
+            "spans_after_shutdown": 0,
             "lines_written": 0,
             "lines_lost": 0,
         }
@@ -213,6 +215,7 @@ class JsonlSpanExporter(SpanExporter):
         try:
             with self._lock:
                 if self._closed:
+                    self._counts["spans_after_shutdown"] += len(spans)
                     return SpanExportResult.FAILURE
                 lines: list[dict[str, Any]] = []
                 for span in spans:
@@ -222,13 +225,24 @@ class JsonlSpanExporter(SpanExporter):
             _log.exception("otel-rollout: JsonlSpanExporter could not export a batch")
             return SpanExportResult.FAILURE
 
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+    def force_flush(self, timeout_millis: int | None = 30_000) -> bool:
         """Make what was written durable on disk within the timeout (attempts held for their
-        group stay held); waits outside the lock, so exports go on meanwhile."""
-        with self._lock:
+        group stay held); False if the timeout passed.  Waits for the disk outside the lock,
+        so exports go on meanwhile; after :meth:`shutdown`, True at once.
+
+        The SDK's processors never call this (their ``force_flush`` exports what they hold
+        and returns): for a durable flush, call ``provider.force_flush()`` and then this.
+        """
+        timeout = 30.0 if timeout_millis is None else max(timeout_millis, 0) / 1000
+        deadline = time.monotonic() + timeout
+        if not self._lock.acquire(timeout=timeout):
+            return False
+        try:
             if self._closed:
                 return True
-        return self._log.durable(max(timeout_millis, 0) / 1000)
+        finally:
+            self._lock.release()
+        return self._log.durable(max(deadline - time.monotonic(), 0.0))
 
     def shutdown(self) -> None:
         """Write what is still held (counted), then close the file."""
@@ -249,8 +263,9 @@ class JsonlSpanExporter(SpanExporter):
                 self._log.shutdown()
 
     def counts(self) -> dict[str, int]:
-        """Spans ignored (not rollout spans), malformed, held past the bound; lines written
-        and lost; and the log's own counts (oversized events, syncs)."""
+        """Spans ignored (not rollout spans), malformed, held past the bound, exported after
+        shutdown (dropped); lines written and lost; and the log's own counts (oversized
+        events, syncs)."""
         with self._lock:
             return {**self._counts, "spans_held": self._n_held, **self._log.counts()}
 

@@ -15,7 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SimpleSpanProcessor,
+    SpanExportResult,
+)
 from test_ledger import naive_ledger, traces
 
 from otel_rollout import JsonlSpanExporter, batch_age_by_step, read_events, tokens_by_version
@@ -388,6 +392,38 @@ class TestExporter:
         ]
         assert [e["event"] for e in events].count("run.start") == 1
         assert exporter.counts()["lines_written"] == len(events) == 801
+
+    def test_force_flush_syncs_and_is_safe_after_shutdown(self, tmp_path):
+        """exporter.force_flush() syncs the file (log_syncs goes up; the SDK's processors never
+        call it), takes None, and after shutdown returns without raising; an export after
+        shutdown counts the spans it drops."""
+        exporter = JsonlSpanExporter(tmp_path / "s.jsonl", fsync_interval=3600.0)
+        provider = TracerProvider(resource=Resource.create({"service.instance.id": "r"}))
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+        tracer = provider.get_tracer("test")
+        span(tracer, "rollout.checkpoint.publish",
+             {"rollout.step": 1, "rollout.weight_version": 1}, T, T)  # fmt: skip
+        assert provider.force_flush()
+        before = exporter.counts()["log_syncs"]
+        assert exporter.counts()["lines_written"] == 2
+        assert exporter.force_flush(5_000)
+        assert exporter.counts()["log_syncs"] > before
+        assert exporter.force_flush(None)
+        provider.shutdown()
+        assert exporter.force_flush() is True
+        finished = provider.get_tracer("late").start_span("rollout.checkpoint.publish")
+        finished.end()
+        assert exporter.export([finished]) == SpanExportResult.FAILURE
+        assert exporter.counts()["spans_after_shutdown"] == 1
+
+    def test_force_flush_gives_up_at_its_timeout_on_a_held_lock(self, tmp_path):
+        """While another thread holds the exporter (an export in progress), force_flush waits
+        no longer than its timeout and returns False."""
+        exporter = JsonlSpanExporter(tmp_path / "s.jsonl")
+        with exporter._lock:
+            assert exporter.force_flush(50) is False
+        assert exporter.force_flush(50) is True
+        exporter.shutdown()
 
     def test_a_failing_file_is_counted_and_logged_once(self, caplog):
         """Writing to /dev/full loses every line: counted, one error logged, never raised."""
