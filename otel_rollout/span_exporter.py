@@ -76,20 +76,53 @@ class Malformed(ValueError):
     """A rollout span whose attributes cannot make a valid line."""
 
 
+#: The integers a line can carry as JSON numbers: the encoder takes 64 bits, signed or not.
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
+
+
+def _fits(value: Any) -> bool:
+    """Whether every integer in ``value`` fits in 64 bits (else the encoder would write it as
+    a string, an invalid line).  An attribute's array has one type: min and max, in C."""
+    cls = value.__class__
+    if cls is int:
+        return _INT_MIN <= value <= _INT_MAX
+    if cls is tuple:
+        if not value or value[0].__class__ is not int:
+            return True
+        return min(value) >= _INT_MIN and max(value) <= _INT_MAX
+    if cls is list:  # decoded JSON text
+        return all(_fits(v) for v in value)
+    if cls is dict:
+        return all(_fits(v) for v in value.values())
+    return True
+
+
+def _fitting(attr: str, value: Any) -> Any:
+    if not _fits(value):
+        raise Malformed(f"{attr} holds an integer past 64 bits")
+    return value
+
+
 def _fields(kind: str, attrs: Mapping[str, Any]) -> dict[str, Any]:
     """The fields of one ``kind`` line that the span's attributes carry."""
     out: dict[str, Any] = {}
     for name, attr, how in _PLANS[kind]:
         if how == _ARRAY:
             value = decode_arrays(name, attrs)
+            if value is not None:
+                columns = [attrs.get(a) for a in ARRAYS[name]]
+                text = any(c.__class__ is str for c in columns)  # JSON text: check as decoded
+                if not (_fits(value) if text else all(map(_fits, columns))):
+                    raise Malformed(f"the arrays of {name} hold an integer past 64 bits")
         else:
-            value = attrs.get(attr)
+            value = _fitting(attr, attrs.get(attr))
             if value.__class__ is tuple:
                 value = list(value)
             elif how == _TEXT and value.__class__ is str:
                 # JSON text only if it parses; the validator names what is wrong
                 with contextlib.suppress(ValueError):
                     value = json.loads(value)
+                _fitting(attr, value)
         if value is not None:
             out[name] = value
     return out
@@ -142,7 +175,7 @@ def span_events(
     if out and beyond:  # fields beyond the contract: the last line keeps them, as readers do
         for key in beyond:
             if key.startswith("rollout."):
-                value = attrs[key]
+                value = _fitting(key, attrs[key])
                 out[-1].setdefault(key[8:], list(value) if isinstance(value, tuple) else value)
     for event in out:
         # The readers' check in C; where it refuses (it cannot take every value of an "any"

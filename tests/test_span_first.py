@@ -367,6 +367,27 @@ class TestExporter:
         assert [(e["event"], e.get("group_id")) for e in events] == [
             ("run.start", None), ("group.reserve", "h"), ("group.seal", "h")]  # fmt: skip
 
+    def test_integers_past_64_bits_are_malformed(self, tmp_path):
+        """An integer the encoder cannot write as a number (2**70, in a field, an array, JSON
+        text or a field beyond the contract) is counted malformed; 2**64 - 1 is written."""
+        exporter, provider, tracer = exporting(tmp_path / "s.jsonl")
+        publish = {"rollout.step": 1, "rollout.weight_version": 1}
+        for wide in ({"rollout.step": 2**70}, {"rollout.loss": 2**70}):
+            span(tracer, "rollout.checkpoint.publish", {**publish, **wide}, T, T)
+        calls = {"rollout.calls.call_id": ["c"], "rollout.calls.began_version": [0],
+                 "rollout.calls.tokens": [-(2**63) - 1]}  # fmt: skip
+        span(tracer, "rollout.group", GROUP, T, T + 3)
+        span(tracer, "rollout.attempt", {**ATTEMPT, **calls}, T + 1, T + 2)
+        resumed = {**ATTEMPT, "rollout.attempt_id": "b", "rollout.resumed_tokens": 1,
+                   "rollout.snapshot": json.dumps({"x": [2**70]})}  # fmt: skip
+        span(tracer, "rollout.attempt", resumed, T + 1, T + 2)
+        span(tracer, "rollout.checkpoint.publish", {**publish, "rollout.step": 2**64 - 1}, T, T)
+        provider.shutdown()
+        assert exporter.counts()["spans_malformed"] == 4
+        events = list(read_events(tmp_path / "s.jsonl"))
+        assert all(problems(e) == [] for e in events)
+        assert [e["step"] for e in events if e["event"] == "checkpoint.publish"] == [2**64 - 1]
+
     def test_concurrent_exports_write_whole_lines(self, tmp_path):
         """Spans ended on four threads at once (each export on its own thread, as a
         SimpleSpanProcessor does) all reach the file as whole, valid lines."""
