@@ -362,13 +362,17 @@ class JsonlSpanExporter(SpanExporter):
             return SpanExportResult.SUCCESS
         lines.sort(key=_order)
         batch: list[dict[str, Any]] = []
+        starts: dict[str, int] = {}  # run → where its run.start is in the batch
         for event in lines:
             run = event["run_id"]
-            if run not in self._written_runs:
-                self._written_runs.add(run)
+            if run not in self._written_runs and run not in starts:
+                starts[run] = len(batch)
                 batch.append(self._run_start(run, event["t"]))
             batch.append(event)
         lost = self._log.export(batch)  # synced at the log's interval by its syncer thread
+        # The lines that reached the file whole are the batch's first: a run whose run.start
+        # is not among them gets one again before its next line.
+        self._written_runs.update(run for run, at in starts.items() if at < len(batch) - lost)
         self._counts["lines_written"] += len(batch) - lost
         self._counts["lines_lost"] += lost
         return SpanExportResult.FAILURE if lost else SpanExportResult.SUCCESS

@@ -462,6 +462,37 @@ class TestExporter:
         assert caplog.text.count("cannot write /dev/full") == 1
 
 
+_REFUSED_THEN_TAKEN = """
+import resource, signal, sys
+sys.path.insert(0, {tests!r})
+from test_span_first import T, exporting, span
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+exporter, provider, tracer = exporting(sys.argv[1])
+publish = {{"rollout.step": 1, "rollout.weight_version": 1}}
+resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY))
+span(tracer, "rollout.checkpoint.publish", publish, T, T)
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+span(tracer, "rollout.checkpoint.publish", {{**publish, "rollout.step": 2}}, T + 1, T + 1)
+provider.shutdown()
+print(exporter.counts()["lines_lost"])
+"""
+
+
+def test_a_run_start_the_file_refused_is_written_again(tmp_path, cli):
+    """When the file refuses the batch holding a run's run.start (a real EFBIG, RLIMIT_FSIZE 0),
+    the run's next line that reaches it still follows a run.start."""
+    path = tmp_path / "s.jsonl"
+    program = _REFUSED_THEN_TAKEN.format(tests=str(Path(__file__).parent))
+    ran = subprocess.run([sys.executable, "-c", program, str(path)], capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == ["2"]  # the first run.start and its publish
+    events = list(read_events(path))
+    assert [(e["event"], e.get("step")) for e in events] == [
+        ("run.start", None), ("checkpoint.publish", 2)]  # fmt: skip
+    assert cli("validate", "--from-spans", str(path)).returncode == 0
+
+
 def readme_example() -> str:
     """The span-first program of the README, as written there."""
     text = (ROOT / "README.md").read_text()
