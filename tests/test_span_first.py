@@ -222,8 +222,8 @@ ATTEMPT = {"rollout.attempt_id": "a", "rollout.group_id": "g", "rollout.prompt_i
 T = 1_800_000_000.0
 
 
-def exporting(path: Path, hold: int | None = None, resource: dict | None = None):
-    exporter = JsonlSpanExporter(path, hold=hold)
+def exporting(path: Path, hold_bytes: int | None = None, resource: dict | None = None):
+    exporter = JsonlSpanExporter(path, hold_bytes=hold_bytes)
     provider = TracerProvider(resource=Resource.create(resource or {"service.instance.id": "r"}))
     provider.add_span_processor(SimpleSpanProcessor(exporter))  # one span per export
     return exporter, provider, provider.get_tracer("test")
@@ -246,10 +246,11 @@ class TestExporter:
         assert {e["run_id"] for e in events} == {"r"}
 
     def test_past_the_bound_attempts_are_written_and_counted(self, tmp_path, cli):
-        """With a hold of 2, a third waiting attempt sends the oldest out as it is, counted; the
-        validator's span mode names the line where an attempt precedes its group."""
+        """With room for two held attempts (1.1 KB each, no calls), a third sends the oldest out
+        as it is, counted; the validator's span mode names the line where an attempt precedes
+        its group."""
         path = tmp_path / "s.jsonl"
-        exporter, provider, tracer = exporting(path, hold=2)
+        exporter, provider, tracer = exporting(path, hold_bytes=2_500)
         for i in range(3):
             attrs = {**ATTEMPT, "rollout.attempt_id": f"a{i}", "rollout.group_id": f"g{i}"}
             span(tracer, "rollout.attempt", attrs, T + i, T + i + 0.5)
@@ -263,6 +264,27 @@ class TestExporter:
         )
         plain = cli("validate", str(path))
         assert plain.returncode == 0, plain.stdout
+
+    def test_the_hold_estimate_is_near_what_held_attempts_take(self, tmp_path):
+        """The bytes the hold counts for attempts of 1 and 100 calls are within 25% of what
+        tracemalloc sees them take (the bound is a memory bound, not a count)."""
+        import tracemalloc
+
+        for calls in (1, 100):
+            exporter, provider, tracer = exporting(tmp_path / f"{calls}.jsonl", 10**12)
+            tracemalloc.start()
+            before = tracemalloc.get_traced_memory()[0]
+            for i in range(300):
+                attrs = {**ATTEMPT, "rollout.group_id": f"g{i}", "rollout.attempt_id": f"a{i}",
+                         "rollout.calls.call_id": [f"a{i}-c{j}" for j in range(calls)],
+                         "rollout.calls.began_version": [0] * calls,
+                         "rollout.calls.tokens": [5] * calls}  # fmt: skip
+                span(tracer, "rollout.attempt", attrs, T + i, T + i + 1)
+            taken = tracemalloc.get_traced_memory()[0] - before
+            tracemalloc.stop()
+            assert exporter.counts()["spans_held"] == 300
+            assert 0.75 < exporter._held_size / taken < 1.25, (calls, exporter._held_size, taken)
+            provider.shutdown()
 
     def test_a_line_before_its_run_start_is_named(self, tmp_path, cli):
         """validate --from-spans names a line whose run has not started yet."""
