@@ -20,6 +20,7 @@ from .span_contract import (
     ARRAYS,
     RUN_ATTRIBUTE,
     SPAN_ONLY,
+    SPANS,
     SpanConvention,
     attribute_name,
     decode_arrays,
@@ -29,10 +30,12 @@ from .span_contract import (
 
 __all__ = ["Malformed", "span_events"]
 
-#: Attributes of the contract: the rest of a span's ``rollout.*`` go on its last line.
-_KNOWN = frozenset(
-    {r.attribute for r in rows()} | set(SPAN_ONLY) | {RUN_ATTRIBUTE, "rollout.call.id"}
-)
+#: Per span, the attributes of its contract: the rest of its ``rollout.*`` go on its last
+#: line (so a contract attribute of another span, ``rollout.tokens`` on a step, is kept).
+_KNOWN = {
+    name: frozenset({r.attribute for r in rows() if r.span == name} | {*SPAN_ONLY, RUN_ATTRIBUTE})
+    for name in SPANS
+}
 _ARRAY, _TEXT, _PLAIN = 0, 1, 2
 #: How an attempt may end without having run (no version, no opening line).
 _ENDS_WITHOUT_START = ("refused", "abandoned")
@@ -152,7 +155,7 @@ def span_events(
                 known = ", ".join(convention.closes)
                 raise Malformed(f"rollout.outcome {outcome!r} is none of {known}")
             line(closing, end)
-    beyond = attrs.keys() - _KNOWN
+    beyond = attrs.keys() - _KNOWN[convention.name]
     if out and beyond:  # fields beyond the contract: the last line keeps them, as readers do
         for key in beyond:
             if key.startswith("rollout."):

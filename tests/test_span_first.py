@@ -130,7 +130,7 @@ class TestContract:
 
     def test_the_builder_makes_only_contract_spans_and_attributes(self, tmp_path):
         """Every span and rollout attribute the builder makes on a simulated run with kills of
-        attempts and discards is in the contract table."""
+        attempts and discards is in the contract table, on that span's rows."""
         from otel_rollout.simulate import SimConfig, simulate
 
         exporter = JsonlSpanExporter(tmp_path / "spans.jsonl")
@@ -148,9 +148,10 @@ class TestContract:
         simulate(tmp_path / "log", SimConfig(steps=4, speed=20.0, seed=5, error_rate=0.2),
                  tracer_provider=provider)  # fmt: skip
         provider.shutdown()
-        allowed = {r.attribute for r in rows()} | set(SPAN_ONLY) | {"rollout.run.id"}
+        common = set(SPAN_ONLY) | {"rollout.run.id"}
         assert set(seen) <= set(SPANS) and {"rollout.group", "rollout.attempt"} <= set(seen)
         for name, attrs in seen.items():
+            allowed = {r.attribute for r in rows() if r.span == name} | common
             assert {a for a in attrs if a.startswith("rollout.")} <= allowed, name
         assert exporter.counts()["spans_malformed"] == 0
 
@@ -409,6 +410,17 @@ class TestExporter:
         events = list(read_events(tmp_path / "s.jsonl"))
         assert all(problems(e) == [] for e in events)
         assert [e["step"] for e in events if e["event"] == "checkpoint.publish"] == [2**64 - 1]
+
+    def test_a_contract_attribute_of_another_span_is_kept(self, tmp_path):
+        """rollout.tokens is a group's and an attempt's attribute; on a train.step span it is
+        a field beyond that span's contract, kept on its line as any other."""
+        _, provider, tracer = exporting(tmp_path / "s.jsonl")
+        step = {"rollout.step": 0, "rollout.trained_version": 0, "rollout.group_ids": [],
+                "rollout.tokens": 123, "rollout.loss": 0.5}  # fmt: skip
+        span(tracer, "rollout.train.step", step, T, T + 1)
+        provider.shutdown()
+        (trained,) = [e for e in read_events(tmp_path / "s.jsonl") if e["event"] == "train.step"]
+        assert trained["tokens"] == 123 and trained["loss"] == 0.5
 
     def test_concurrent_exports_write_whole_lines(self, tmp_path):
         """Spans ended on four threads at once (each export on its own thread, as a
