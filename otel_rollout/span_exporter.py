@@ -13,7 +13,7 @@ import os
 import socket
 import threading
 import time
-import uuid
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -28,6 +28,7 @@ from .exporters import JsonlExporter
 from .schema import SCHEMA_VERSION
 from .span_contract import KIND_ORDER, RUN_ATTRIBUTE, SPANS
 from .span_lines import Malformed, span_events
+from .trace import new_run_id
 
 __all__ = ["JsonlSpanExporter", "Malformed", "span_events"]
 
@@ -60,7 +61,8 @@ class JsonlSpanExporter(SpanExporter):
     Each export writes the lines of its spans in time order with one write.
     A ``run.start`` line opens every run the first time one of its spans is
     written; the run is the span's ``rollout.run.id``, else its resource's
-    ``service.instance.id``, else one ID this exporter makes.  An attempt
+    ``service.instance.id``, else one ID this exporter makes (a forked
+    child makes its own).  An attempt
     span whose group's span was not exported yet is held until it is, so
     that no attempt line precedes its group's ``group.reserve``: at most
     ``hold_bytes`` of them, estimated (``OTEL_ROLLOUT_SPAN_HOLD_BYTES``); past
@@ -94,7 +96,7 @@ class JsonlSpanExporter(SpanExporter):
         self._runs: dict[str, dict[str, Any]] = {}  # run → what its run.start says
         self._written_runs: set[str] = set()
         self._n_held = self._held_size = 0
-        self._own_run = uuid.uuid4().hex
+        self._own_run = new_run_id()
         self._closed = False
         self._counts = {
             "spans_ignored": 0,
@@ -104,6 +106,7 @@ class JsonlSpanExporter(SpanExporter):
             "lines_written": 0,
             "lines_lost": 0,
         }
+        _LIVE.add(self)
 
     # The SDK's SpanExporter interface.
 
@@ -164,6 +167,17 @@ class JsonlSpanExporter(SpanExporter):
         events, syncs)."""
         with self._lock:
             return {**self._counts, "spans_held": self._n_held, **self._log.counts()}
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child: a lock of its own (the parent's may have been held at the fork), a
+        run of its own where this exporter named the run, and none of the parent's held
+        attempts (the parent writes those)."""
+        self._lock = threading.Lock()
+        self._runs.pop(self._own_run, None)
+        self._own_run = new_run_id()
+        self._held.clear()
+        self._held_spans.clear()
+        self._n_held = self._held_size = 0
 
     # The work, under the lock.
 
@@ -247,3 +261,15 @@ class JsonlSpanExporter(SpanExporter):
         made = self._runs.get(run_id) or {"pid": os.getpid(), "host": socket.gethostname()}
         start = {"t": t, "run_id": run_id, "event": "run.start", "schema": SCHEMA_VERSION}
         return {**start, **made, "source": "spans"}
+
+
+#: Every exporter alive, so that a forked child can reset each.
+_LIVE: weakref.WeakSet[JsonlSpanExporter] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for exporter in list(_LIVE):
+        exporter._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -528,6 +528,53 @@ def test_a_run_start_the_file_refused_is_written_again(tmp_path, cli):
     assert cli("validate", "--from-spans", str(path)).returncode == 0
 
 
+def test_a_forked_child_has_its_own_lock_and_run(tmp_path, cli):
+    """Forked while another thread held the exporter's lock, the child still exports, as a run
+    of its own (a new run ID, its own pid) when the exporter named the run; the parent's run
+    goes on as it was."""
+    import os
+    import signal
+    import threading
+
+    exporter = JsonlSpanExporter(tmp_path / "s.jsonl")
+    provider = TracerProvider()  # no service.instance.id: the exporter names the run
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+    publish = {"rollout.step": 1, "rollout.weight_version": 1}
+    span(tracer, "rollout.checkpoint.publish", publish, T, T)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with exporter._lock:
+            held.set()
+            release.wait()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait()
+    child = os.fork()
+    if child == 0:  # never back into pytest
+        code = 1
+        try:
+            signal.alarm(20)  # a lock copied while held would hang here
+            span(tracer, "rollout.checkpoint.publish", {**publish, "rollout.step": 2}, T + 1, T + 1)
+            code = 0
+        finally:
+            os._exit(code)
+    release.set()
+    holder.join()
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    span(tracer, "rollout.checkpoint.publish", {**publish, "rollout.step": 3}, T + 2, T + 2)
+    provider.shutdown()
+    events = list(read_events(tmp_path / "s.jsonl"))
+    starts = {e["run_id"]: e["pid"] for e in events if e["event"] == "run.start"}
+    steps = {e["step"]: e["run_id"] for e in events if e["event"] == "checkpoint.publish"}
+    assert steps[1] == steps[3] != steps[2]
+    assert starts == {steps[1]: os.getpid(), steps[2]: child}
+    assert cli("validate", "--from-spans", str(tmp_path / "s.jsonl")).returncode == 0
+
+
 def readme_example() -> str:
     """The span-first program of the README, as written there."""
     text = (ROOT / "README.md").read_text()
