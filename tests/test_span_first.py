@@ -299,6 +299,21 @@ class TestExporter:
         assert checked.returncode == 1
         assert f"{path}:1: error: a checkpoint.publish line of run x before" in checked.stdout
 
+    def test_a_run_id_started_twice_is_named(self, tmp_path, cli):
+        """Two exporters (a pod restarted under its old name) writing one run ID to one file:
+        validate --from-spans names the second run.start."""
+        path = tmp_path / "s.jsonl"
+        for step in (1, 2):
+            _, provider, tracer = exporting(path, resource={"service.instance.id": "pod-0"})
+            attrs = {"rollout.step": step, "rollout.weight_version": 1}
+            span(tracer, "rollout.checkpoint.publish", attrs, T + step, T + step)
+            provider.shutdown()
+        checked = cli("validate", "--from-spans", str(path))
+        assert checked.returncode == 1
+        assert f"{path}:3: error: a second run.start of run pod-0: a run ID must be new" in (
+            checked.stdout
+        )
+
     def test_a_line_earlier_than_its_run_start_is_a_warning(self, tmp_path, cli):
         """A resumed run whose first group span ends after a sync: its reserve is written after
         the run.start the sync's batch opened, and validate --from-spans warns, naming it."""

@@ -50,14 +50,15 @@ def add_parser(commands: Any) -> None:
         action="store_true",
         help="the file was written from spans (JsonlSpanExporter): also check that every run's "
         "lines follow its run.start and that no attempt line precedes its group's group.reserve; "
-        "warn of lines earlier than their run's run.start",
+        "warn of lines earlier than their run's run.start; a second run.start of one run is an "
+        "error",
     )
     parser.set_defaults(handler=run)
 
 
 class _SpanOrder:
-    """The order a file written from spans promises: each run's run.start first, and each
-    group's reserve before its attempts' lines."""
+    """The order a file written from spans promises: each run's run.start first (and once),
+    and each group's reserve before its attempts' lines."""
 
     def __init__(self) -> None:
         self.runs: dict[str, float] = {}  # run → its run.start's time
@@ -79,7 +80,12 @@ class _SpanOrder:
     def check(self, event: dict[str, Any]) -> str | None:
         kind, run = event["event"], event["run_id"]
         if kind == "run.start":
-            self.runs.setdefault(run, event["t"])
+            if run in self.runs:
+                return (
+                    f"a second run.start of run {run}: a run ID must be new at each process "
+                    "start (a restarted pod keeps its name), or two runs read as one"
+                )
+            self.runs[run] = event["t"]
             return None
         if run not in self.runs:
             return f"a {kind} line of run {run} before that run's run.start"
