@@ -22,8 +22,11 @@ from .schema import EVENTS, FieldType
 __all__ = [
     "ARRAYS",
     "KIND_ORDER",
+    "NOTES",
+    "RESOURCE_ATTRIBUTES",
     "RUN_ATTRIBUTE",
     "SPANS",
+    "SPAN_EVENT_ATTRIBUTES",
     "SPAN_ONLY",
     "AttributeRow",
     "SpanConvention",
@@ -142,6 +145,31 @@ SPAN_ONLY: Mapping[str, str] = {
     "gen_ai.usage.output_tokens": "a copy of `rollout.tokens`",
     "rollout.calls.count": "how many calls `rollout.calls.*` list",
     "rollout.refit.paused_calls": "how many calls `rollout.cuts.*` list",
+}
+
+#: Attributes whose presence or absence decides more than their own field.
+NOTES: Mapping[str, str] = {
+    "rollout.resumed_tokens": "present: the span opens with `attempt.resume`, else "
+    "`attempt.dispatch`",
+    "rollout.duration_s": "absent: end − start, for a span that lasted",
+}
+
+#: The attributes of the span events the builder adds for viewers (they write no line).
+SPAN_EVENT_ATTRIBUTES: Mapping[str, Mapping[str, str]] = {
+    "refit": {
+        "rollout.call.id": "the call the refit cut (one event per cut call)",
+        "rollout.refit.tokens_so_far": "its tokens at the cut",
+        "rollout.refit.replaced_version": "the version replaced",
+        "rollout.refit.new_version": "the version loaded",
+    },
+}
+
+#: The resource attributes the exporter reads.
+RESOURCE_ATTRIBUTES: Mapping[str, str] = {
+    "service.instance.id": "the run, for spans without `rollout.run.id` (new at each process "
+    "start: a pod's name is not)",
+    "process.pid": "`run.start`'s `pid` (else the exporter's process)",
+    "host.name": "`run.start`'s `host` (else the exporter's host)",
 }
 
 #: The order of events of equal time in a written batch: a lifecycle's order.
@@ -300,11 +328,24 @@ def markdown_reference() -> str:
     for row in rows():
         required = ", ".join(f"`{k}`" for k in row.required_by) or "optional"
         events = ", ".join(f"`{k}`" for k in row.events)
+        note = f" ({NOTES[row.attribute]})" if row.attribute in NOTES else ""
         lines.append(
-            f"| `{row.span}` | `{row.attribute}` | {row.type} | {required} | `{row.field}` "
+            f"| `{row.span}` | `{row.attribute}` | {row.type} | {required} | `{row.field}`{note} "
             f"| {events} |"
         )
-    lines += ["", "| attribute (any rollout span) | meaning |", "|---|---|"]
+    lines += [
+        "",
+        "Any other `rollout.*` attribute of a span (one of another span's rows included) is "
+        "a field of the span's last line: `rollout.loss` is `loss`.",
+        "",
+        "| attribute (any rollout span) | meaning |",
+        "|---|---|",
+    ]
     lines.append(f"| `{RUN_ATTRIBUTE}` | the run (else the resource's `service.instance.id`) |")
     lines += [f"| `{name}` | {doc} |" for name, doc in SPAN_ONLY.items()]
+    lines += ["", "| span event | attribute | meaning |", "|---|---|---|"]
+    for event, attributes in SPAN_EVENT_ATTRIBUTES.items():
+        lines += [f"| `{event}` | `{name}` | {doc} |" for name, doc in attributes.items()]
+    lines += ["", "| resource attribute | meaning |", "|---|---|"]
+    lines += [f"| `{name}` | {doc} |" for name, doc in RESOURCE_ATTRIBUTES.items()]
     return "\n".join(lines) + "\n"
