@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import io
 import json
 import logging
 import re
@@ -83,14 +86,31 @@ def emit_runs(events: list[dict], log: Path, provider: TracerProvider) -> None:
 @st.composite
 def counted_traces(draw: st.DrawFn) -> list[dict]:
     """The ledger tests' random multi-run traces with token counts: seals carry tokens by
-    version, sealed attempts their calls, and refits cut some calls first."""
+    version, sealed attempts their calls, and refits cut some calls first; some groups are
+    admitted, some dispatches are resumes with a snapshot, some steps publish a checkpoint,
+    and some sealed groups no step trains are discarded later."""
     out: list[dict] = []
-    for e in draw(traces()):
+    events = draw(traces())
+    trained = {g for e in events if e["event"] == "train.step" for g in e["group_ids"]}
+    for e in events:
         e = dict(e)
+        late: dict | None = None
         if e["event"] == "group.seal":
             counts = draw(st.dictionaries(st.integers(0, 5), st.integers(0, 300), max_size=3))
             e["tokens_by_version"] = {str(v): n for v, n in counts.items()}
             e["tokens"] = sum(counts.values())
+            if e["group_id"] not in trained and draw(st.booleans()):
+                late = {"run_id": e["run_id"], "event": "group.discard", "reason": "stale",
+                        "group_id": e["group_id"], "prompt_id": e["prompt_id"]}  # fmt: skip
+        elif e["event"] == "group.reserve" and draw(st.booleans()):
+            late = {"run_id": e["run_id"], "event": "group.admit",
+                    "group_id": e["group_id"], "prompt_id": e["prompt_id"]}  # fmt: skip
+        elif e["event"] == "attempt.dispatch" and draw(st.booleans()):
+            e["event"], e["resumed_tokens"] = "attempt.resume", draw(st.integers(0, 50))
+            e["snapshot"] = {"kv_blocks": draw(st.lists(st.integers(0, 9), max_size=3))}
+        elif e["event"] == "train.step" and draw(st.booleans()):
+            late = {"run_id": e["run_id"], "event": "checkpoint.publish",
+                    "step": e["step"], "weight_version": e["trained_version"]}  # fmt: skip
         elif e["event"] == "attempt.seal":
             call, version = f"{e['attempt_id']}-c", draw(st.integers(0, 4))
             e["calls"] = [[call, version, e["tokens"]]]
@@ -100,7 +120,22 @@ def counted_traces(draw: st.DrawFn) -> list[dict]:
                             "cuts": [[call, draw(st.integers(0, e["tokens"]))]],
                             "duration_s": draw(st.sampled_from([0.0, 0.002]))})  # fmt: skip
         out.append(e)
+        if late is not None:
+            out.append(late)
     return out
+
+
+def validated_from_spans(path: Path) -> tuple[int, str]:
+    """``validate --from-spans`` on ``path``, in this process (the property runs it often):
+    its exit code and what it printed."""
+    from otel_rollout.cli import _validate
+
+    args = argparse.Namespace(file=str(path), max_report=50, strict=False, json=False,
+                              from_spans=True)  # fmt: skip
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = _validate.run(args)
+    return code, out.getvalue()
 
 
 class TestTimes:
@@ -178,7 +213,11 @@ class TestRoundTrip:
             assert boundaries(spans) == boundaries(log)
         counts = exporter.counts()
         assert counts["lines_lost"] == counts["spans_malformed"] == counts["spans_held"] == 0
+        assert counts["spans_held_past_bound"] == 0
         assert counts["lines_written"] == len(spans)
+        if spans:
+            code, printed = validated_from_spans(tmp / "spans.jsonl")
+            assert code == 0 and " error: " not in printed, printed
 
     def test_the_random_traces_have_batch_ages(self):
         """The generator makes traces whose steps have batch ages (so the property can fail)."""
