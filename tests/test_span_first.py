@@ -69,8 +69,8 @@ def batch_processor(exporter: JsonlSpanExporter, batch: int) -> TracerProvider:
 
 
 def emit_runs(events: list[dict], log: Path, provider: TracerProvider) -> None:
-    """Each run of ``events`` emitted through a RolloutTrace of its own (a new process each,
-    as after a kill), in-process spans on ``provider``."""
+    """Each run of ``events`` emitted through a RolloutTrace of its own, one after another in
+    this process (each closed cleanly, unlike a kill), in-process spans on ``provider``."""
     runs: dict[str, list[dict]] = {}
     for e in events:
         run = runs.setdefault(e["run_id"], [])
@@ -195,7 +195,7 @@ class TestRoundTrip:
     @settings(max_examples=40)
     @given(counted_traces(), st.integers(1, 64))
     def test_random_multi_run_traces(self, tmp_path_factory, events, batch):
-        """Runs killed and resumed, emitted through RolloutTrace with spans on the SDK's batch
+        """Runs stopped and resumed, emitted through RolloutTrace with spans on the SDK's batch
         processor: the span-first file has the same events at the same times, and the same
         batch age, tokens by version and cost ledger as the log (and the naive ledger)."""
         tmp = tmp_path_factory.mktemp("rt")
