@@ -11,6 +11,9 @@ package's own span builder.
 * caller's cost per event: ns per event of the realistic mix, median of
   rounds of 1,000 (``measure.emit_cost``, the same loop as every emit row),
   and the SDK's floor (a bare span started and ended);
+* the exporter thread's cost per span: ``export`` of the mix's spans in
+  batches of 512, timed on this thread (under span-first it runs on the
+  batch processor's thread, beside the caller's, under one GIL);
 * ``kill -9``: a child runs the mix at 5,000 events/s and is killed; kill
   time minus the newest ``t`` in the file, and the share of the events it
   emitted that the file lacks.
@@ -33,7 +36,8 @@ import measure
 import with_otel
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from yardstick import PlainWriter
 
 from otel_rollout.reader import EventReader
@@ -142,12 +146,38 @@ def sdk_floor_ns(tmp: Path, rounds: int) -> float:
     return statistics.median(samples)
 
 
+def exporter_ns_per_span(tmp: Path, rounds: int) -> float:
+    """The exporter thread's cost: ns per span of ``JsonlSpanExporter.export`` (lines made,
+    checked and written) on the spans the builder makes for the mix, in batches of 512 as the
+    batch processor hands them over; median of rounds."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.instance.id": new_run_id()}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("mix")
+    builder, run_id = SpanBuilder(lambda run: tracer), new_run_id()
+    for kind, fields in with_otel.mixed_events(10_000):
+        builder.export(({"t": time.time(), "run_id": run_id, "event": kind, **fields},))
+    builder.shutdown()
+    spans = memory.get_finished_spans()
+    samples = []
+    for i in range(rounds):
+        exporter = JsonlSpanExporter(tmp / f"exporter-sf-{i}.jsonl")
+        start = time.perf_counter_ns()
+        for at in range(0, len(spans), 512):
+            exporter.export(spans[at : at + 512])
+        samples.append((time.perf_counter_ns() - start) / len(spans))
+        exporter.shutdown()
+    provider.shutdown()
+    return statistics.median(samples)
+
+
 def figures_of(tmp: Path, rounds: int, kills: int) -> dict[str, Any]:
     """Emit cost per design on the mix, the SDK's floor; the kill -9 figures of emit and
     span-first."""
     mix = with_otel.mixed_events(max(rounds * 1000 // 5, 20_000))
     out: dict[str, Any] = {"emit_ns": measure.emit_cost(tmp, DESIGNS, mix, rounds, tag="-sf")}
     out["sdk_bare_span_ns"] = sdk_floor_ns(tmp, max(rounds // 4, 5))
+    out["exporter_ns_per_span"] = exporter_ns_per_span(tmp, max(rounds // 40, 3))
     for design in ("emit", "span-first"):
         windows, lost = [], []
         for i in range(kills):
@@ -175,6 +205,10 @@ def report(f: dict[str, Any]) -> str:
         f"| the SDK's floor: one span started and ended, no attributes, ns (median) | | | "
         f"{f['sdk_bare_span_ns']:,.0f} |"
     )
+    rows.append(
+        f"| the exporter's thread: ns per span of the mix, batches of 512 (median) | | | "
+        f"{f['exporter_ns_per_span']:,.0f} |"
+    )
     e, s = f["kill_emit"], f["kill_span-first"]
     rows.append(
         f"| kill -9 at 5,000 events/s: newest event's age at the kill, ms (median; max) | | "
@@ -191,7 +225,10 @@ def report(f: dict[str, Any]) -> str:
 def run(rounds: int, kills: int, json_path: Path | None) -> None:
     """``bench/run.py --only spanfirst``: measure, print the table, keep the figures."""
     with tempfile.TemporaryDirectory() as d:
-        print("span-first: emit cost, the SDK's floor, then kill -9 ...", file=sys.stderr)
+        print(
+            "span-first: emit cost, the SDK's floor, the exporter, then kill -9 ...",
+            file=sys.stderr,
+        )
         figures = {"spanfirst": figures_of(Path(d), rounds, kills)}
     print(report(figures["spanfirst"]))
     if json_path is not None:
