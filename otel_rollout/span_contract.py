@@ -191,7 +191,6 @@ KIND_ORDER: Mapping[str, int] = {
             "group.discard",
             "train.step",
             "checkpoint.publish",
-            "trace.dropped",
         )
     )
 }

@@ -217,6 +217,7 @@ class JsonlSpanExporter(SpanExporter):
         group = str(attrs.get("rollout.group_id"))
         if span.name == "rollout.group":
             self._groups[group] = None
+            self._groups.move_to_end(group)  # exported again: remembered as the newest
             if len(self._groups) > _GROUPS_REMEMBERED:
                 self._groups.popitem(last=False)
             lines += events
@@ -258,9 +259,8 @@ class JsonlSpanExporter(SpanExporter):
         return SpanExportResult.FAILURE if lost else SpanExportResult.SUCCESS
 
     def _run_start(self, run_id: str, t: float) -> dict[str, Any]:
-        made = self._runs.get(run_id) or {"pid": os.getpid(), "host": socket.gethostname()}
         start = {"t": t, "run_id": run_id, "event": "run.start", "schema": SCHEMA_VERSION}
-        return {**start, **made, "source": "spans"}
+        return {**start, **self._runs[run_id], "source": "spans"}  # _run_id saw every run
 
 
 #: Every exporter alive, so that a forked child can reset each.

@@ -15,7 +15,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 
 from .events import from_object
-from .schema import EVENTS, problems
+from .schema import EVENTS
 from .span_contract import (
     ARRAYS,
     RUN_ATTRIBUTE,
@@ -162,10 +162,9 @@ def span_events(
                 value = _fitting(key, attrs[key])
                 out[-1].setdefault(key[8:], list(value) if isinstance(value, tuple) else value)
     for event in out:
-        # The readers' check in C; where it refuses (it cannot take every value of an "any"
-        # field from Python), the validator's own words decide.
-        if from_object(event)[1] is not None:
-            found = [p for p in problems(event) if not p.startswith("unknown event kind")]
-            if found:
-                raise Malformed(f"{event['event']}: {'; '.join(found)}")
+        # The readers' check (in C; by the validator's rules where C cannot take a value
+        # from Python), whose words name what is wrong.
+        error = from_object(event)[1]
+        if error is not None:
+            raise Malformed(error)
     return out

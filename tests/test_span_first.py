@@ -148,7 +148,7 @@ class TestTimes:
         assert abs(Fraction(n) - Fraction(t) * 10**9) <= Fraction(1, 2)
 
     def test_the_double_rounding_it_replaces_does_not(self):
-        """round(t*1e9) misses some real times by a float step (why the helper exists)."""
+        """round(t*1e9) misses some real times by a float step (why to_ns exists)."""
         t = 1796132486.6788807
         misses = [x for x in (t + i * 1e-6 for i in range(2000)) if round(x * 1e9) / 1e9 != x]
         assert misses and all(from_ns(to_ns(x)) == x for x in misses)
