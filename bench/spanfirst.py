@@ -16,7 +16,7 @@ package's own span builder.
   batch processor's thread, beside the caller's, under one GIL);
 * ``kill -9``: a child runs the mix at 5,000 events/s and is killed; kill
   time minus the newest ``t`` in the file, and the share of the events it
-  emitted that the file lacks.
+  emitted (its own count, in a shared page) that the file lacks.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import json
 import os
 import signal
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -83,12 +84,14 @@ DESIGNS: dict[str, measure.Writer] = {
 }
 
 _EMITTER = """
-import sys, time
+import mmap, struct, sys, time
 sys.path.insert(0, {here!r})
 import with_otel
 from spanfirst import DESIGNS
 events = with_otel.mixed_events(int(float(sys.argv[2]) * 30))
 trace = DESIGNS[sys.argv[3]](sys.argv[1])
+with open(sys.argv[4], "r+b") as f:  # the count of events emitted, shared: no syscall
+    emitted = mmap.mmap(f.fileno(), 8)
 interval = 1.0 / float(sys.argv[2])
 start = time.perf_counter()
 print("ready", time.time(), flush=True)
@@ -97,15 +100,19 @@ for i, (kind, fields) in enumerate(events):
     if delay > 0:
         time.sleep(delay)  # a controller waits on I/O, releasing the GIL; it does not spin
     trace.emit(kind, **fields)
+    struct.pack_into("q", emitted, 0, i + 1)
 """
 
 
 def kill_once(path: Path, design: str, rate: float, run_for: float) -> tuple[float, float]:
-    """Seconds from the newest event in the file to the SIGKILL, and the share of emitted
-    events the file lacks."""
+    """Seconds from the newest event in the file to the SIGKILL, and the share of the events
+    the child says it emitted (its count, in a shared page the kill leaves) the file lacks."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    count = path.with_suffix(".count")
+    count.write_bytes(bytes(8))
+    args = [str(path), str(rate), design, str(count)]
     child = subprocess.Popen(
-        [sys.executable, "-c", _EMITTER.format(here=str(HERE)), str(path), str(rate), design],
+        [sys.executable, "-c", _EMITTER.format(here=str(HERE)), *args],
         stdout=subprocess.PIPE,
         env=env,
         text=True,
@@ -124,7 +131,7 @@ def kill_once(path: Path, design: str, rate: float, run_for: float) -> tuple[flo
         for e in EventReader(path, on_skip=lambda *a: None)
         if e.get("event") not in ("run.start", "trace.dropped")
     ]
-    emitted = int((killed_at - float(began)) * rate)
+    (emitted,) = struct.unpack("q", count.read_bytes())
     newest = max(times, default=float(began))
     return killed_at - newest, max(0.0, 1 - len(times) / max(emitted, 1))
 
