@@ -23,10 +23,14 @@ __all__ = [
     "ARRAYS",
     "KIND_ORDER",
     "NOTES",
+    "OUTCOME_OF",
+    "REFIT_EVENT",
     "RESOURCE_ATTRIBUTES",
     "RUN_ATTRIBUTE",
     "SPANS",
     "SPAN_EVENT_ATTRIBUTES",
+    "SPAN_EVENT_OF",
+    "SPAN_OF",
     "SPAN_ONLY",
     "AttributeRow",
     "SpanConvention",
@@ -90,6 +94,9 @@ class SpanConvention:
         return (*self.opens, *spans, *ends, *((self.single,) if self.single else ()))
 
 
+#: The span event of an attempt for each refit that paused one of its calls (for viewers).
+REFIT_EVENT = "refit"
+
 SPANS: Mapping[str, SpanConvention] = {
     s.name: s
     for s in (
@@ -111,7 +118,7 @@ SPANS: Mapping[str, SpanConvention] = {
                 "refused": "attempt.refuse",
                 "abandoned": "attempt.abandon",
             },
-            span_events={"refit": None},
+            span_events={REFIT_EVENT: None},
         ),
         SpanConvention(
             "rollout.group.discard",
@@ -128,6 +135,19 @@ SPANS: Mapping[str, SpanConvention] = {
         SpanConvention("rollout.checkpoint.publish", "An instant.", single="checkpoint.publish"),
         SpanConvention("rollout.checkpoint.restore", "An instant.", single="checkpoint.restore"),
     )
+}
+
+#: Each event kind that starts a span, or is one → that span's name.
+SPAN_OF: Mapping[str, str] = {
+    kind: s.name for s in SPANS.values() for kind in (*s.opens, *((s.single,) if s.single else ()))
+}
+#: Each event kind that ends a span → the ``rollout.outcome`` it ends with.
+OUTCOME_OF: Mapping[str, str] = {
+    kind: outcome for s in SPANS.values() for outcome, kind in s.closes.items()
+}
+#: Each event kind that is a span event → that span event's name.
+SPAN_EVENT_OF: Mapping[str, str] = {
+    kind: name for s in SPANS.values() for name, kind in s.span_events.items() if kind is not None
 }
 
 #: Nested JSONL fields as parallel arrays: field → the attribute of each position.
@@ -156,7 +176,7 @@ NOTES: Mapping[str, str] = {
 
 #: The attributes of the span events the builder adds for viewers (they write no line).
 SPAN_EVENT_ATTRIBUTES: Mapping[str, Mapping[str, str]] = {
-    "refit": {
+    REFIT_EVENT: {  # in the order the builder fills them: call, tokens, replaced, new
         "rollout.call.id": "the call the refit cut (one event per cut call)",
         "rollout.refit.tokens_so_far": "its tokens at the cut",
         "rollout.refit.replaced_version": "the version replaced",

@@ -21,7 +21,15 @@ from test_ledger import naive_ledger, traces
 
 from otel_rollout import JsonlSpanExporter, batch_age_by_step, read_events, tokens_by_version
 from otel_rollout.cost import analyze
-from otel_rollout.span_contract import SPAN_ONLY, SPANS, from_ns, markdown_reference, rows, to_ns
+from otel_rollout.span_contract import (
+    SPAN_EVENT_ATTRIBUTES,
+    SPAN_ONLY,
+    SPANS,
+    from_ns,
+    markdown_reference,
+    rows,
+    to_ns,
+)
 from otel_rollout.spans import SpanBuilder
 from otel_rollout.trace import RolloutTrace
 
@@ -164,11 +172,14 @@ class TestContract:
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(exporter))
         seen: dict[str, set[str]] = {}
+        span_events: dict[tuple[str, str], set[str]] = {}  # (span, span event) → attributes
         original = exporter.export
 
         def spy(spans):
             for s in spans:
                 seen.setdefault(s.name, set()).update(s.attributes or {})
+                for e in s.events:
+                    span_events.setdefault((s.name, e.name), set()).update(e.attributes or {})
             return original(spans)
 
         exporter.export = spy  # type: ignore[method-assign]
@@ -180,6 +191,10 @@ class TestContract:
         for name, attrs in seen.items():
             allowed = {r.attribute for r in rows() if r.span == name} | common
             assert {a for a in attrs if a.startswith("rollout.")} <= allowed, name
+        assert {("rollout.attempt", "refit"), ("rollout.group", "admit")} <= set(span_events)
+        for (name, event), attrs in span_events.items():
+            assert event in SPANS[name].span_events
+            assert attrs <= set(SPAN_EVENT_ATTRIBUTES.get(event, {})), (name, event)
         assert exporter.counts()["spans_malformed"] == 0
 
 
