@@ -71,6 +71,7 @@ COUNTS: dict[str, str] = {
     "spans_malformed": "rollout spans that could make no valid line, skipped",
     "spans_held": "attempt spans waiting for their group's span",
     "spans_held_past_bound": "attempt spans written before their group's, past the hold",
+    "spans_after_shutdown": "spans exported after the exporter shut down, dropped",
     "lines_written": "lines the file took",
     "lines_lost": "lines the file could not take",
 }

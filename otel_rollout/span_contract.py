@@ -22,8 +22,15 @@ from .schema import EVENTS, FieldType
 __all__ = [
     "ARRAYS",
     "KIND_ORDER",
+    "NOTES",
+    "OUTCOME_OF",
+    "REFIT_EVENT",
+    "RESOURCE_ATTRIBUTES",
     "RUN_ATTRIBUTE",
     "SPANS",
+    "SPAN_EVENT_ATTRIBUTES",
+    "SPAN_EVENT_OF",
+    "SPAN_OF",
     "SPAN_ONLY",
     "AttributeRow",
     "SpanConvention",
@@ -70,7 +77,8 @@ class SpanConvention:
     #: ``rollout.resumed_tokens``, else ``attempt.dispatch``); none for a span that is one event.
     opens: tuple[str, ...] = ()
     #: ``rollout.outcome`` → the event written at the span's end; without an outcome
-    #: (the span was ended when its run stopped) no end line is written.
+    #: (the span was ended when its run stopped) no end line is written; an outcome not
+    #: listed makes the span malformed.
     closes: Mapping[str, str] = field(default_factory=dict)
     #: The one event of a span that is one event, at the span's end; a span that lasted
     #: has it with ``duration_s`` = end − start unless the attribute says otherwise.
@@ -86,6 +94,9 @@ class SpanConvention:
         return (*self.opens, *spans, *ends, *((self.single,) if self.single else ()))
 
 
+#: The span event of an attempt for each refit that paused one of its calls (for viewers).
+REFIT_EVENT = "refit"
+
 SPANS: Mapping[str, SpanConvention] = {
     s.name: s
     for s in (
@@ -98,15 +109,16 @@ SPANS: Mapping[str, SpanConvention] = {
         ),
         SpanConvention(
             "rollout.attempt",
-            "Child of its group's span. An attempt without `rollout.weight_version` was "
-            "refused before it ran: its span writes the refuse line only.",
+            "Child of its group's span. A refused or abandoned attempt without "
+            "`rollout.weight_version` ended before it ran: its span writes that end line only "
+            "(any other attempt without it is malformed).",
             opens=("attempt.dispatch", "attempt.resume"),
             closes={
                 "sealed": "attempt.seal",
                 "refused": "attempt.refuse",
                 "abandoned": "attempt.abandon",
             },
-            span_events={"refit": None},
+            span_events={REFIT_EVENT: None},
         ),
         SpanConvention(
             "rollout.group.discard",
@@ -125,6 +137,19 @@ SPANS: Mapping[str, SpanConvention] = {
     )
 }
 
+#: Each event kind that starts a span, or is one → that span's name.
+SPAN_OF: Mapping[str, str] = {
+    kind: s.name for s in SPANS.values() for kind in (*s.opens, *((s.single,) if s.single else ()))
+}
+#: Each event kind that ends a span → the ``rollout.outcome`` it ends with.
+OUTCOME_OF: Mapping[str, str] = {
+    kind: outcome for s in SPANS.values() for outcome, kind in s.closes.items()
+}
+#: Each event kind that is a span event → that span event's name.
+SPAN_EVENT_OF: Mapping[str, str] = {
+    kind: name for s in SPANS.values() for name, kind in s.span_events.items() if kind is not None
+}
+
 #: Nested JSONL fields as parallel arrays: field → the attribute of each position.
 ARRAYS: Mapping[str, tuple[str, ...]] = {
     "calls": ("rollout.calls.call_id", "rollout.calls.began_version", "rollout.calls.tokens"),
@@ -140,6 +165,31 @@ SPAN_ONLY: Mapping[str, str] = {
     "gen_ai.usage.output_tokens": "a copy of `rollout.tokens`",
     "rollout.calls.count": "how many calls `rollout.calls.*` list",
     "rollout.refit.paused_calls": "how many calls `rollout.cuts.*` list",
+}
+
+#: Attributes whose presence or absence decides more than their own field.
+NOTES: Mapping[str, str] = {
+    "rollout.resumed_tokens": "present: the span opens with `attempt.resume`, else "
+    "`attempt.dispatch`",
+    "rollout.duration_s": "absent: end − start, for a span that lasted",
+}
+
+#: The attributes of the span events the builder adds for viewers (they write no line).
+SPAN_EVENT_ATTRIBUTES: Mapping[str, Mapping[str, str]] = {
+    REFIT_EVENT: {  # in the order the builder fills them: call, tokens, replaced, new
+        "rollout.call.id": "the call the refit cut (one event per cut call)",
+        "rollout.refit.tokens_so_far": "its tokens at the cut",
+        "rollout.refit.replaced_version": "the version replaced",
+        "rollout.refit.new_version": "the version loaded",
+    },
+}
+
+#: The resource attributes the exporter reads.
+RESOURCE_ATTRIBUTES: Mapping[str, str] = {
+    "service.instance.id": "the run, for spans without `rollout.run.id` (new at each process "
+    "start: a pod's name is not)",
+    "process.pid": "`run.start`'s `pid` (else the exporter's process)",
+    "host.name": "`run.start`'s `host` (else the exporter's host)",
 }
 
 #: The order of events of equal time in a written batch: a lifecycle's order.
@@ -161,7 +211,6 @@ KIND_ORDER: Mapping[str, int] = {
             "group.discard",
             "train.step",
             "checkpoint.publish",
-            "trace.dropped",
         )
     )
 }
@@ -298,11 +347,24 @@ def markdown_reference() -> str:
     for row in rows():
         required = ", ".join(f"`{k}`" for k in row.required_by) or "optional"
         events = ", ".join(f"`{k}`" for k in row.events)
+        note = f" ({NOTES[row.attribute]})" if row.attribute in NOTES else ""
         lines.append(
-            f"| `{row.span}` | `{row.attribute}` | {row.type} | {required} | `{row.field}` "
+            f"| `{row.span}` | `{row.attribute}` | {row.type} | {required} | `{row.field}`{note} "
             f"| {events} |"
         )
-    lines += ["", "| attribute (any rollout span) | meaning |", "|---|---|"]
+    lines += [
+        "",
+        "Any other `rollout.*` attribute of a span (one of another span's rows included) is "
+        "a field of the span's last line: `rollout.loss` is `loss`.",
+        "",
+        "| attribute (any rollout span) | meaning |",
+        "|---|---|",
+    ]
     lines.append(f"| `{RUN_ATTRIBUTE}` | the run (else the resource's `service.instance.id`) |")
     lines += [f"| `{name}` | {doc} |" for name, doc in SPAN_ONLY.items()]
+    lines += ["", "| span event | attribute | meaning |", "|---|---|---|"]
+    for event, attributes in SPAN_EVENT_ATTRIBUTES.items():
+        lines += [f"| `{event}` | `{name}` | {doc} |" for name, doc in attributes.items()]
+    lines += ["", "| resource attribute | meaning |", "|---|---|"]
+    lines += [f"| `{name}` | {doc} |" for name, doc in RESOURCE_ATTRIBUTES.items()]
     return "\n".join(lines) + "\n"

@@ -30,7 +30,17 @@ from typing import Any
 from opentelemetry import trace as otel_trace
 from opentelemetry.trace import Link, SpanContext, Status, StatusCode
 
-from .span_contract import ARRAYS, attribute_name, encode_arrays
+from .span_contract import (
+    ARRAYS,
+    OUTCOME_OF,
+    REFIT_EVENT,
+    RUN_ATTRIBUTE,
+    SPAN_EVENT_ATTRIBUTES,
+    SPAN_EVENT_OF,
+    SPAN_OF,
+    attribute_name,
+    encode_arrays,
+)
 from .span_contract import to_ns as _ns
 
 __all__ = ["ERROR_REASONS", "SpanBuilder", "attributes"]
@@ -49,6 +59,8 @@ _SKIP = frozenset({"t", "event"})
 #: Fields a span already has from its start event; its end event only adds the rest.
 _IDENTITY = _SKIP | {"run_id", "group_id", "prompt_id", "attempt_id", "generation_index", "epoch"}
 _SCALARS = (str, int, float, bool)
+#: A refit span event's attributes, in the contract table's order.
+_REFIT_ATTRIBUTES = tuple(SPAN_EVENT_ATTRIBUTES[REFIT_EVENT])
 _NAMES: dict[str, str] = {"run_id": attribute_name("run_id")}
 
 
@@ -179,7 +191,7 @@ class SpanBuilder:
         """End the open spans (of ``run_id``, or all) at their run's last event."""
         for spans in (self._attempts, self._groups):
             for key, span in list(spans.items()):
-                run = span.attributes.get("rollout.run.id") if hasattr(span, "attributes") else None
+                run = span.attributes.get(RUN_ATTRIBUTE) if hasattr(span, "attributes") else None
                 if run_id is not None and run != run_id:
                     continue
                 span.set_attribute("rollout.ended_by", reason)
@@ -225,13 +237,13 @@ class SpanBuilder:
                 self.end_open_spans(reason="run.stopped", run_id=run_id)
 
     def _group_reserve(self, event: dict[str, Any]) -> None:
-        span = self._start("rollout.group", event, parent=otel_trace.INVALID_SPAN)
+        span = self._start(SPAN_OF[event["event"]], event, parent=otel_trace.INVALID_SPAN)
         self._keep_open(self._groups, event["group_id"], span)
 
     def _group_admit(self, event: dict[str, Any]) -> None:
         span = self._groups.get(event["group_id"])
         if span is not None:
-            span.add_event("admit", timestamp=_ns(event["t"]))
+            span.add_event(SPAN_EVENT_OF[event["event"]], timestamp=_ns(event["t"]))
 
     def _group_end(self, event: dict[str, Any]) -> None:
         span = self._groups.pop(event["group_id"], None)
@@ -239,24 +251,25 @@ class SpanBuilder:
             if event["event"] == "group.discard":  # a sealed group dropped from the buffer
                 self._discard_sealed(event)
             return
-        outcome = "sealed" if event["event"] == "group.seal" else "discarded"
+        outcome = OUTCOME_OF[event["event"]]
         span.set_attributes({**attributes(event, _IDENTITY), "rollout.outcome": outcome})
         if event.get("reason") in ERROR_REASONS:
             span.set_status(Status(StatusCode.ERROR, event["reason"]))
-        if outcome == "sealed":
+        if event["event"] == "group.seal":
             self._remember(self._group_contexts, event["group_id"], span.get_span_context())
         span.end(end_time=_ns(event["t"]))
 
     def _discard_sealed(self, event: dict[str, Any]) -> None:
         sealed = self._group_contexts.get(event["group_id"])
         parent = otel_trace.NonRecordingSpan(sealed) if sealed is not None else None
-        span = self._start("rollout.group.discard", event, parent=parent)
+        span = self._start(SPAN_OF[event["event"]], event, parent=parent)
         if event.get("reason") in ERROR_REASONS:
             span.set_status(Status(StatusCode.ERROR, event["reason"]))
         span.end(end_time=_ns(event["t"]))
 
     def _attempt_start(self, event: dict[str, Any]) -> None:
-        span = self._start("rollout.attempt", event, parent=self._groups.get(event["group_id"]))
+        parent = self._groups.get(event["group_id"])
+        span = self._start(SPAN_OF[event["event"]], event, parent=parent)
         self._keep_open(self._attempts, event["attempt_id"], span)
 
     @staticmethod
@@ -273,30 +286,26 @@ class SpanBuilder:
         kind = event["event"]
         span = self._attempts.pop(event["attempt_id"], None)
         skip = _IDENTITY
-        if span is None:  # refused before it ran: a span of no duration
-            span = self._start("rollout.attempt", event, parent=self._groups.get(event["group_id"]))
+        if span is None:  # ended before it ran: a span of no duration
+            parent = self._groups.get(event["group_id"])
+            span = self._start(SPAN_OF["attempt.dispatch"], event, parent=parent)
             skip = _SKIP
-        outcome = {"attempt.seal": "sealed", "attempt.refuse": "refused"}.get(kind, "abandoned")
-        span.set_attributes({**attributes(event, skip), "rollout.outcome": outcome})
+        span.set_attributes({**attributes(event, skip), "rollout.outcome": OUTCOME_OF[kind]})
         for call in event.get("calls") or ():
             for t_ns, attrs in self._cuts.pop(str(call[0]), ()):
-                span.add_event("refit", attributes=attrs, timestamp=t_ns)
+                span.add_event(REFIT_EVENT, attributes=attrs, timestamp=t_ns)
         if event.get("reason") in ERROR_REASONS:
             span.set_status(Status(StatusCode.ERROR, event["reason"]))
         span.end(end_time=_ns(event["t"]))
 
     def _weights_sync(self, event: dict[str, Any]) -> None:
         duration = event.get("duration_s") or 0.0
-        span = self._start("rollout.weights.sync", event, start=event["t"] - duration)
+        span = self._start(SPAN_OF[event["event"]], event, start=event["t"] - duration)
         span.end(end_time=_ns(event["t"]))
         t_ns = _ns(event["t"] - duration)
         for cut in event.get("cuts") or ():
-            attrs = {
-                "rollout.call.id": str(cut[0]),
-                "rollout.refit.tokens_so_far": cut[1],
-                "rollout.refit.replaced_version": event["replaced_version"],
-                "rollout.refit.new_version": event["new_version"],
-            }
+            values = (str(cut[0]), cut[1], event["replaced_version"], event["new_version"])
+            attrs = dict(zip(_REFIT_ATTRIBUTES, values, strict=True))
             self._remember(self._cuts, str(cut[0]), [(t_ns, attrs)], append=True)
 
     def _train_step(self, event: dict[str, Any]) -> None:
@@ -306,12 +315,12 @@ class SpanBuilder:
             if g in self._group_contexts
         ]
         duration = event.get("duration_s") or 0.0
-        span = self._start("rollout.train.step", event, start=event["t"] - duration, links=links)
+        name = SPAN_OF[event["event"]]
+        span = self._start(name, event, start=event["t"] - duration, links=links)
         span.end(end_time=_ns(event["t"]))
 
     def _instant(self, event: dict[str, Any]) -> None:
-        name = "rollout." + event["event"]
-        self._start(name, event).end(end_time=_ns(event["t"]))
+        self._start(SPAN_OF[event["event"]], event).end(end_time=_ns(event["t"]))
 
     @staticmethod
     def _remember(store: OrderedDict[str, Any], key: str, value: Any, append: bool = False) -> None:

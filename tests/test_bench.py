@@ -51,6 +51,8 @@ class TestBenchScript:
         figures = json.loads(out.read_text())["spanfirst"]
         assert set(figures["emit_ns"]) == {"yardstick", "emit", "span-first"}
         assert figures["kill_span-first"]["lost_pct_median"] > 0
+        assert figures["exporter_ns_per_span"] > 0
+        assert "the exporter's thread: ns per span" in proc.stdout
 
 
 class TestFaultsScript:

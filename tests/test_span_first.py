@@ -2,26 +2,34 @@
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import io
 import json
-import logging
 import re
 import subprocess
 import sys
+from dataclasses import asdict
 from fractions import Fraction
 from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from test_ledger import naive_ledger, traces
 
 from otel_rollout import JsonlSpanExporter, batch_age_by_step, read_events, tokens_by_version
 from otel_rollout.cost import analyze
-from otel_rollout.exporters import COUNTS
-from otel_rollout.schema import problems
-from otel_rollout.span_contract import SPAN_ONLY, SPANS, from_ns, markdown_reference, rows, to_ns
+from otel_rollout.span_contract import (
+    SPAN_EVENT_ATTRIBUTES,
+    SPAN_ONLY,
+    SPANS,
+    from_ns,
+    markdown_reference,
+    rows,
+    to_ns,
+)
 from otel_rollout.spans import SpanBuilder
 from otel_rollout.trace import RolloutTrace
 
@@ -31,6 +39,20 @@ ROOT = Path(__file__).parent.parent
 def analyses(events: list[dict]) -> tuple:
     """What the file is for: batch age per step, tokens by version, the cost ledger."""
     return batch_age_by_step(events), tokens_by_version(events), analyze(events).ledger
+
+
+#: A span-derived run.start takes the time of its run's earliest line in the first batch
+#: written, not of the run's start: a line of a span still open then (a group's reserve) can
+#: be earlier. The resume time and what is measured from it differ; all else must not.
+_RUN_START_TIMES = ("resumed_at", "downtime_s", "catch_up_s")
+
+
+def boundaries(events: list[dict]) -> list[dict]:
+    """Each stop-and-restore boundary of the cost report, but its run.start-timed fields."""
+    return [
+        {k: v for k, v in asdict(b).items() if k not in _RUN_START_TIMES}
+        for b in analyze(events).boundaries
+    ]
 
 
 def without_run_starts(events: list[dict]) -> list[str]:
@@ -47,8 +69,8 @@ def batch_processor(exporter: JsonlSpanExporter, batch: int) -> TracerProvider:
 
 
 def emit_runs(events: list[dict], log: Path, provider: TracerProvider) -> None:
-    """Each run of ``events`` emitted through a RolloutTrace of its own (a new process each,
-    as after a kill), in-process spans on ``provider``."""
+    """Each run of ``events`` emitted through a RolloutTrace of its own, one after another in
+    this process (each closed cleanly, unlike a kill), in-process spans on ``provider``."""
     runs: dict[str, list[dict]] = {}
     for e in events:
         run = runs.setdefault(e["run_id"], [])
@@ -64,14 +86,31 @@ def emit_runs(events: list[dict], log: Path, provider: TracerProvider) -> None:
 @st.composite
 def counted_traces(draw: st.DrawFn) -> list[dict]:
     """The ledger tests' random multi-run traces with token counts: seals carry tokens by
-    version, sealed attempts their calls, and refits cut some calls first."""
+    version, sealed attempts their calls, and refits cut some calls first; some groups are
+    admitted, some dispatches are resumes with a snapshot, some steps publish a checkpoint,
+    and some sealed groups no step trains are discarded later."""
     out: list[dict] = []
-    for e in draw(traces()):
+    events = draw(traces())
+    trained = {g for e in events if e["event"] == "train.step" for g in e["group_ids"]}
+    for e in events:
         e = dict(e)
+        late: dict | None = None
         if e["event"] == "group.seal":
             counts = draw(st.dictionaries(st.integers(0, 5), st.integers(0, 300), max_size=3))
             e["tokens_by_version"] = {str(v): n for v, n in counts.items()}
             e["tokens"] = sum(counts.values())
+            if e["group_id"] not in trained and draw(st.booleans()):
+                late = {"run_id": e["run_id"], "event": "group.discard", "reason": "stale",
+                        "group_id": e["group_id"], "prompt_id": e["prompt_id"]}  # fmt: skip
+        elif e["event"] == "group.reserve" and draw(st.booleans()):
+            late = {"run_id": e["run_id"], "event": "group.admit",
+                    "group_id": e["group_id"], "prompt_id": e["prompt_id"]}  # fmt: skip
+        elif e["event"] == "attempt.dispatch" and draw(st.booleans()):
+            e["event"], e["resumed_tokens"] = "attempt.resume", draw(st.integers(0, 50))
+            e["snapshot"] = {"kv_blocks": draw(st.lists(st.integers(0, 9), max_size=3))}
+        elif e["event"] == "train.step" and draw(st.booleans()):
+            late = {"run_id": e["run_id"], "event": "checkpoint.publish",
+                    "step": e["step"], "weight_version": e["trained_version"]}  # fmt: skip
         elif e["event"] == "attempt.seal":
             call, version = f"{e['attempt_id']}-c", draw(st.integers(0, 4))
             e["calls"] = [[call, version, e["tokens"]]]
@@ -81,7 +120,22 @@ def counted_traces(draw: st.DrawFn) -> list[dict]:
                             "cuts": [[call, draw(st.integers(0, e["tokens"]))]],
                             "duration_s": draw(st.sampled_from([0.0, 0.002]))})  # fmt: skip
         out.append(e)
+        if late is not None:
+            out.append(late)
     return out
+
+
+def validated_from_spans(path: Path) -> tuple[int, str]:
+    """``validate --from-spans`` on ``path``, in this process (the property runs it often):
+    its exit code and what it printed."""
+    from otel_rollout.cli import _validate
+
+    args = argparse.Namespace(file=str(path), max_report=50, strict=False, json=False,
+                              from_spans=True)  # fmt: skip
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = _validate.run(args)
+    return code, out.getvalue()
 
 
 class TestTimes:
@@ -94,7 +148,7 @@ class TestTimes:
         assert abs(Fraction(n) - Fraction(t) * 10**9) <= Fraction(1, 2)
 
     def test_the_double_rounding_it_replaces_does_not(self):
-        """round(t*1e9) misses some real times by a float step (why the helper exists)."""
+        """round(t*1e9) misses some real times by a float step (why to_ns exists)."""
         t = 1796132486.6788807
         misses = [x for x in (t + i * 1e-6 for i in range(2000)) if round(x * 1e9) / 1e9 != x]
         assert misses and all(from_ns(to_ns(x)) == x for x in misses)
@@ -111,28 +165,36 @@ class TestContract:
 
     def test_the_builder_makes_only_contract_spans_and_attributes(self, tmp_path):
         """Every span and rollout attribute the builder makes on a simulated run with kills of
-        attempts and discards is in the contract table."""
+        attempts and discards is in the contract table, on that span's rows."""
         from otel_rollout.simulate import SimConfig, simulate
 
         exporter = JsonlSpanExporter(tmp_path / "spans.jsonl")
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(exporter))
         seen: dict[str, set[str]] = {}
+        span_events: dict[tuple[str, str], set[str]] = {}  # (span, span event) → attributes
         original = exporter.export
 
         def spy(spans):
             for s in spans:
                 seen.setdefault(s.name, set()).update(s.attributes or {})
+                for e in s.events:
+                    span_events.setdefault((s.name, e.name), set()).update(e.attributes or {})
             return original(spans)
 
         exporter.export = spy  # type: ignore[method-assign]
         simulate(tmp_path / "log", SimConfig(steps=4, speed=20.0, seed=5, error_rate=0.2),
                  tracer_provider=provider)  # fmt: skip
         provider.shutdown()
-        allowed = {r.attribute for r in rows()} | set(SPAN_ONLY) | {"rollout.run.id"}
+        common = set(SPAN_ONLY) | {"rollout.run.id"}
         assert set(seen) <= set(SPANS) and {"rollout.group", "rollout.attempt"} <= set(seen)
         for name, attrs in seen.items():
+            allowed = {r.attribute for r in rows() if r.span == name} | common
             assert {a for a in attrs if a.startswith("rollout.")} <= allowed, name
+        assert {("rollout.attempt", "refit"), ("rollout.group", "admit")} <= set(span_events)
+        for (name, event), attrs in span_events.items():
+            assert event in SPANS[name].span_events
+            assert attrs <= set(SPAN_EVENT_ATTRIBUTES.get(event, {})), (name, event)
         assert exporter.counts()["spans_malformed"] == 0
 
 
@@ -140,7 +202,7 @@ class TestRoundTrip:
     @settings(max_examples=40)
     @given(counted_traces(), st.integers(1, 64))
     def test_random_multi_run_traces(self, tmp_path_factory, events, batch):
-        """Runs killed and resumed, emitted through RolloutTrace with spans on the SDK's batch
+        """Runs stopped and resumed, emitted through RolloutTrace with spans on the SDK's batch
         processor: the span-first file has the same events at the same times, and the same
         batch age, tokens by version and cost ledger as the log (and the naive ledger)."""
         tmp = tmp_path_factory.mktemp("rt")
@@ -154,9 +216,15 @@ class TestRoundTrip:
         assert analyses(spans) == analyses(log)
         if spans:  # a run that made no span writes no line
             assert analyze(spans).ledger == naive_ledger(spans)
+        if {e["run_id"] for e in spans} == {e["run_id"] for e in log}:
+            assert boundaries(spans) == boundaries(log)
         counts = exporter.counts()
         assert counts["lines_lost"] == counts["spans_malformed"] == counts["spans_held"] == 0
+        assert counts["spans_held_past_bound"] == 0
         assert counts["lines_written"] == len(spans)
+        if spans:
+            code, printed = validated_from_spans(tmp / "spans.jsonl")
+            assert code == 0 and " error: " not in printed, printed
 
     def test_the_random_traces_have_batch_ages(self):
         """The generator makes traces whose steps have batch ages (so the property can fail)."""
@@ -187,136 +255,6 @@ class TestRoundTrip:
         assert analyze(spans).ledger["wasted"]  # the kills cost something
         checked = cli("validate", "--from-spans", str(tmp_path / "spans.jsonl"))
         assert checked.returncode == 0, checked.stdout + checked.stderr
-
-
-def span(tracer, name: str, attrs: dict, t0: float, t1: float) -> None:
-    tracer.start_span(name, attributes=attrs, start_time=to_ns(t0)).end(end_time=to_ns(t1))
-
-
-GROUP = {"rollout.group_id": "g", "rollout.prompt_id": 1, "rollout.size": 1,
-         "rollout.weight_version": 0, "rollout.outcome": "sealed", "rollout.tokens": 5}  # fmt: skip
-ATTEMPT = {"rollout.attempt_id": "a", "rollout.group_id": "g", "rollout.prompt_id": 1,
-           "rollout.generation_index": 0, "rollout.weight_version": 0,
-           "rollout.outcome": "sealed", "rollout.tokens": 5}  # fmt: skip
-T = 1_800_000_000.0
-
-
-def exporting(path: Path, hold: int | None = None, resource: dict | None = None):
-    exporter = JsonlSpanExporter(path, hold=hold)
-    provider = TracerProvider(resource=Resource.create(resource or {"service.instance.id": "r"}))
-    provider.add_span_processor(SimpleSpanProcessor(exporter))  # one span per export
-    return exporter, provider, provider.get_tracer("test")
-
-
-class TestExporter:
-    def test_attempts_wait_for_their_group(self, tmp_path):
-        """An attempt span exported before its group's is written after the group's reserve,
-        every line in time order, with a run.start first (the resource names the run)."""
-        exporter, provider, tracer = exporting(tmp_path / "s.jsonl")
-        span(tracer, "rollout.attempt", ATTEMPT, T + 1, T + 2)
-        assert exporter.counts()["spans_held"] == 1
-        span(tracer, "rollout.group", GROUP, T, T + 3)
-        provider.shutdown()
-        events = list(read_events(tmp_path / "s.jsonl"))
-        kinds = [e["event"] for e in events]
-        assert kinds == ["run.start", "group.reserve", "attempt.dispatch", "attempt.seal",
-                         "group.seal"]  # fmt: skip
-        assert [e["t"] for e in events[1:]] == [T, T + 1, T + 2, T + 3]
-        assert {e["run_id"] for e in events} == {"r"}
-
-    def test_past_the_bound_attempts_are_written_and_counted(self, tmp_path, cli):
-        """With a hold of 2, a third waiting attempt sends the oldest out as it is, counted; the
-        validator's span mode names the line where an attempt precedes its group."""
-        path = tmp_path / "s.jsonl"
-        exporter, provider, tracer = exporting(path, hold=2)
-        for i in range(3):
-            attrs = {**ATTEMPT, "rollout.attempt_id": f"a{i}", "rollout.group_id": f"g{i}"}
-            span(tracer, "rollout.attempt", attrs, T + i, T + i + 0.5)
-        assert exporter.counts()["spans_held_past_bound"] == 1
-        provider.shutdown()  # the rest, whose groups never came, are written too
-        assert exporter.counts()["spans_held_past_bound"] == 3
-        checked = cli("validate", "--from-spans", str(path))
-        assert checked.returncode == 1
-        assert f"{path}:2: error: attempt.dispatch of attempt a0 before the group.reserve" in (
-            checked.stdout
-        )
-        plain = cli("validate", str(path))
-        assert plain.returncode == 0, plain.stdout
-
-    def test_a_line_before_its_run_start_is_named(self, tmp_path, cli):
-        """validate --from-spans names a line whose run has not started yet."""
-        path = tmp_path / "bad.jsonl"
-        lines = [
-            {"t": T, "run_id": "x", "event": "checkpoint.publish", "step": 0, "weight_version": 1},
-            {"t": T, "run_id": "x", "event": "run.start", "schema": 1, "pid": 1},
-        ]
-        path.write_text("".join(json.dumps(e) + "\n" for e in lines))
-        checked = cli("validate", "--from-spans", str(path))
-        assert checked.returncode == 1
-        assert f"{path}:1: error: a checkpoint.publish line of run x before" in checked.stdout
-
-    def test_other_spans_are_ignored_and_bad_ones_counted(self, tmp_path, caplog):
-        """Spans that are not rollout spans are counted as ignored; a rollout span missing a
-        required attribute is counted, logged once, and writes nothing."""
-        exporter, provider, tracer = exporting(tmp_path / "s.jsonl")
-        with caplog.at_level(logging.WARNING, logger="otel_rollout"):
-            span(tracer, "http.request", {"http.method": "GET"}, T, T + 1)
-            for _ in range(2):
-                span(tracer, "rollout.checkpoint.publish", {"rollout.step": 1}, T, T)
-            span(tracer, "rollout.checkpoint.publish",
-                 {"rollout.step": 1, "rollout.weight_version": 2, "rollout.run.id": "own"},
-                 T + 1, T + 1)  # fmt: skip
-        provider.shutdown()
-        counts = exporter.counts()
-        assert set(counts) <= set(COUNTS)  # every name it reports is documented
-        assert counts["spans_ignored"] == 1 and counts["spans_malformed"] == 2
-        assert caplog.text.count("makes no valid line") == 1
-        assert "weight_version" in caplog.text
-        events = list(read_events(tmp_path / "s.jsonl"))
-        assert [(e["event"], e["run_id"]) for e in events] == [
-            ("run.start", "own"), ("checkpoint.publish", "own")]  # fmt: skip
-        assert all(problems(e) == [] for e in events)
-
-    def test_concurrent_exports_write_whole_lines(self, tmp_path):
-        """Spans ended on four threads at once (each export on its own thread, as a
-        SimpleSpanProcessor does) all reach the file as whole, valid lines."""
-        import threading
-
-        exporter, provider, tracer = exporting(tmp_path / "s.jsonl")
-
-        def work(k: int) -> None:
-            for i in range(200):
-                attrs = {"rollout.step": i, "rollout.weight_version": k}
-                span(tracer, "rollout.checkpoint.publish", attrs, T + i, T + i)
-
-        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        provider.shutdown()
-        events = list(read_events(tmp_path / "s.jsonl"))
-        published = [e for e in events if e["event"] == "checkpoint.publish"]
-        assert sorted((e["weight_version"], e["step"]) for e in published) == [
-            (k, i) for k in range(4) for i in range(200)
-        ]
-        assert [e["event"] for e in events].count("run.start") == 1
-        assert exporter.counts()["lines_written"] == len(events) == 801
-
-    def test_a_failing_file_is_counted_and_logged_once(self, caplog):
-        """Writing to /dev/full loses every line: counted, one error logged, never raised."""
-        exporter = JsonlSpanExporter("/dev/full")
-        provider = TracerProvider(resource=Resource.create({"service.instance.id": "r"}))
-        provider.add_span_processor(SimpleSpanProcessor(exporter))
-        tracer = provider.get_tracer("test")
-        with caplog.at_level(logging.ERROR, logger="otel_rollout"):
-            for i in range(3):
-                attrs = {"rollout.step": i, "rollout.weight_version": i}
-                span(tracer, "rollout.checkpoint.publish", attrs, T + i, T + i)
-        provider.shutdown()
-        counts = exporter.counts()
-        assert counts["lines_lost"] == 4 and counts["lines_written"] == 0  # run.start + 3
-        assert caplog.text.count("cannot write /dev/full") == 1
 
 
 def readme_example() -> str:

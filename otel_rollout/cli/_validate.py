@@ -26,7 +26,9 @@ def add_parser(commands: Any) -> None:
             "Reports each problem with its line number and exits 1 when there is any error. "
             "Unknown event kinds and torn lines left by killed writers (the last line, or a "
             "line a resumed run's run.start follows) are warnings. With --from-spans (a file "
-            "JsonlSpanExporter wrote from spans), also the order that promises."
+            "JsonlSpanExporter wrote from spans), also the order that promises, and a warning "
+            "for each line earlier than its run's run.start (the downtime before that run then "
+            "reads long)."
         ),
     )
     parser.add_argument("file", help="a rollout_trace.jsonl (or .jsonl.gz)")
@@ -47,23 +49,43 @@ def add_parser(commands: Any) -> None:
         "--from-spans",
         action="store_true",
         help="the file was written from spans (JsonlSpanExporter): also check that every run's "
-        "lines follow its run.start and that no attempt line precedes its group's group.reserve",
+        "lines follow its run.start and that no attempt line precedes its group's group.reserve; "
+        "warn of lines earlier than their run's run.start; a second run.start of one run is an "
+        "error",
     )
     parser.set_defaults(handler=run)
 
 
 class _SpanOrder:
-    """The order a file written from spans promises: each run's run.start first, and each
-    group's reserve before its attempts' lines."""
+    """The order a file written from spans promises: each run's run.start first (and once),
+    and each group's reserve before its attempts' lines."""
 
     def __init__(self) -> None:
-        self.runs: set[str] = set()
+        self.runs: dict[str, float] = {}  # run → its run.start's time
         self.groups: set[str] = set()
+
+    def early(self, event: dict[str, Any]) -> str | None:
+        """A warning when the line is earlier than its run's run.start: that run.start has the
+        time of the earliest line in its first batch, and the downtime before the run that
+        ``cost`` reports is at least that much too long."""
+        started = self.runs.get(event["run_id"])
+        if started is None or event["t"] >= started:
+            return None
+        return (
+            f"this {event['event']} line is {started - event['t']:.3f} s earlier than its "
+            f"run's run.start: the downtime before run {event['run_id']} reads at least that "
+            "much too long"
+        )
 
     def check(self, event: dict[str, Any]) -> str | None:
         kind, run = event["event"], event["run_id"]
         if kind == "run.start":
-            self.runs.add(run)
+            if run in self.runs:
+                return (
+                    f"a second run.start of run {run}: a run ID must be new at each process "
+                    "start (a restarted pod keeps its name), or two runs read as one"
+                )
+            self.runs[run] = event["t"]
             return None
         if run not in self.runs:
             return f"a {kind} line of run {run} before that run's run.start"
@@ -143,6 +165,9 @@ def run(args: argparse.Namespace) -> int:
         misplaced = order.check(event) if order is not None else None
         if misplaced is not None:
             report.add(lineno, "error", misplaced)
+        early = order.early(event) if order is not None else None
+        if early is not None:
+            report.add(lineno, warn, early)
         if kind == "group.seal":
             sealed.add(event["group_id"])
         elif kind == "train.step":
