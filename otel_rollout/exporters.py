@@ -147,7 +147,14 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, bool) or value is None or isinstance(value, (str, float)):
         return value
     if isinstance(value, int):
-        return value if -(2**63) <= value < 2**64 else str(value)
+        if -(2**63) <= value < 2**64:
+            return value
+        # Past orjson's 64 bits: still the exact number (readers keep integers of any size;
+        # a string would make a schema field invalid), unless too long to print.
+        try:
+            return orjson.Fragment(str(value).encode())
+        except ValueError:  # past sys.get_int_max_str_digits()
+            return f"an integer of {value.bit_length():,} bits"
     try:
         orjson.dumps(value, default=_default, option=_OPTIONS)
         return value

@@ -117,6 +117,17 @@ class TestEmit:
             blocker.release.set()
         assert lines(tmp_path / "t.jsonl")[1]["t"] < stamp + 0.1
 
+    def test_integers_past_64_bits_are_written_as_valid_events(self, tmp_path):
+        """A step or version past 64 bits (valid: integers ≥ 0) is written as the exact
+        number, so the line passes the schema's rules and reads back equal."""
+        from otel_rollout import events
+
+        with RolloutTrace(tmp_path / "t.jsonl") as tr:
+            tr.emit("checkpoint.publish", step=2**70, weight_version=10**40)
+        line = (tmp_path / "t.jsonl").read_bytes().splitlines()[1]
+        event, why = events.from_line(line)
+        assert why is None and (event.step, event.weight_version) == (2**70, 10**40)
+
     def test_values_orjson_does_not_know_are_encoded(self, tmp_path):
         """numpy scalars and arrays, Path, Enum, sets, tuples and huge ints become JSON."""
         with RolloutTrace(tmp_path / "t.jsonl") as tr:
@@ -133,9 +144,9 @@ class TestEmit:
                 obj=object,
                 tbv={3: 100},
             )
-        e = lines(tmp_path / "t.jsonl")[1]
+        e = list(read_events(tmp_path / "t.jsonl"))[1]  # integers of any size read exactly
         assert (e["n"], e["f"], e["arr"], e["p"], e["c"]) == (7, 0.5, [0, 1, 2], "/a/b", "red")
-        assert (e["s"], e["tup"], e["big"]) == ([1, 2, 3], [1, 2], str(2**80))
+        assert (e["s"], e["tup"], e["big"]) == ([1, 2, 3], [1, 2], 2**80)
         assert e["obj"] == repr(object) and e["tbv"] == {"3": 100}
 
     def test_reserved_keys_win_and_the_callers_value_is_kept(self, tmp_path):
