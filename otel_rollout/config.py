@@ -27,6 +27,7 @@ __all__ = [
     "RETRY_MAX_DELAY",
     "SETTINGS",
     "SIDECAR_LINGER",
+    "TRACKERS",
     "Setting",
 ]
 
@@ -177,6 +178,22 @@ SIDECAR_LINGER: Setting[float] = Setting(
     zero_ok=True,
 )
 
+
+
+def _trackers(raw: str) -> tuple[str, ...]:
+    from .trackers._spec import parse_specs  # imports nothing of the package
+
+    return tuple(str(spec) for spec in parse_specs(raw))
+
+
+TRACKERS: Setting[tuple[str, ...]] = Setting(
+    "OTEL_ROLLOUT_TRACKERS",
+    (),
+    _trackers,
+    "Experiment trackers the export sidecar logs each step's batch age and rollout counts "
+    "into, comma-separated: tensorboard:DIR, mlflow[:TRACKING_URI], wandb[:PROJECT].",
+)
+
 SETTINGS: tuple[Setting, ...] = (
     QUEUE_SIZE,
     MAX_BATCH,
@@ -188,4 +205,5 @@ SETTINGS: tuple[Setting, ...] = (
     HANDLE_SIGTERM,
     EXPORT_MODE,
     SIDECAR_LINGER,
+    TRACKERS,
 )
