@@ -297,7 +297,9 @@ class Telemetry:
         self.ship()
         flushed = self.shipper.flush(timeout) if self.shipper is not None else True
         if self.trackers is not None:
-            limit = config.CLOSE_TIMEOUT.resolve()
+            # Half the trainer's close timeout: a hung tracker must not keep the trainer from
+            # hearing the counts (it waits for them that long at most).
+            limit = config.CLOSE_TIMEOUT.resolve() / 2
             flushed = self.trackers.flush(limit if timeout is None else timeout) and flushed
         return flushed
 

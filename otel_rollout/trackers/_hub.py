@@ -47,14 +47,16 @@ class Worker:
         self._sinks: dict[str, Sink | None] = {}  # None: the run's sink could not be made
         self.logged = self.dropped = self.failed = 0
         self.hung = False
+        self._stopping = threading.Event()
         self._complained = False
         self._thread = threading.Thread(target=self._run, name=f"otel-rollout-{name}", daemon=True)
         self._thread.start()
 
-    def put(self, item: Any) -> None:
-        """Queue a row, or a run's end; never waits (a full queue drops the row, counted)."""
+    def put(self, item: Any, wait: bool = False) -> None:
+        """Queue a row, or a run's end.  Live, never waits: a full queue drops the row
+        (counted); a backfill (``wait``) waits for room instead."""
         try:
-            self._queue.put_nowait(item)
+            self._queue.put(item, block=wait)
         except Full:
             if item[0] == "row":
                 self.dropped += 1
@@ -69,10 +71,15 @@ class Worker:
             return False
         return done.wait(max(deadline - time.monotonic(), 0.0))
 
-    def close(self, deadline: float) -> None:
-        """Log what is queued and close every sink, or give up at ``deadline`` (counted)."""
+    def stop(self) -> None:
+        """Ask the thread to log what is queued, close every sink and end (never waits)."""
+        self._stopping.set()
         with contextlib.suppress(Full):
-            self._queue.put(None, timeout=max(deadline - time.monotonic(), 0.0))
+            self._queue.put_nowait(None)  # a wake-up; a full queue ends on _stopping
+
+    def close(self, deadline: float) -> None:
+        """:meth:`stop`, then wait until ``deadline``; a thread still busy is hung (counted)."""
+        self.stop()
         self._thread.join(max(deadline - time.monotonic(), 0.0))
         if self._thread.is_alive():
             self.hung = True
@@ -113,8 +120,12 @@ class Worker:
                 item = get(timeout=max(next_flush - time.monotonic(), 0.001))
             except Empty:
                 item = ()
+                if self._stopping.is_set():
+                    break
             if item is None:
-                break
+                if self._queue.empty():
+                    break
+                continue  # the wake-up came before the last rows (a full queue): log them
             if isinstance(item, threading.Event):
                 self._flush_all()
                 item.set()
@@ -153,7 +164,10 @@ class TrackerHub:
     the log, read by ``cost`` for the restore rows.
     """
 
-    def __init__(self, targets: Sequence[Any], path: Path | None) -> None:
+    def __init__(
+        self, targets: Sequence[Any], path: Path | None, *, backfill: bool = False
+    ) -> None:
+        self._wait = backfill  # a finished file: wait for a slow tracker rather than drop
         self.workers = [
             Worker(f"{kind_of(t)}{':' + str(t.target) if getattr(t, 'target', None) else ''}",
                    opener(t))
@@ -171,7 +185,7 @@ class TrackerHub:
 
     def export(self, events: Sequence[dict[str, Any]]) -> int:
         try:
-            self._inbox.put_nowait(("events", events))
+            self._inbox.put(("events", events), block=self._wait)
         except Full:
             self.events_dropped += len(events)
         return 0
@@ -205,7 +219,9 @@ class TrackerHub:
     def shutdown(self) -> None:
         from .. import config
 
-        self.close(config.CLOSE_TIMEOUT.resolve())
+        # The pipeline waits for its exporters within what is left of the close timeout; half
+        # of it lets a hung tracker be given up on (and counted) before close returns.
+        self.close(config.CLOSE_TIMEOUT.resolve() / 2)
 
     def close(self, timeout: float) -> None:
         """Every run is over: owed rows, then each tracker closed, within ``timeout`` seconds."""
@@ -216,7 +232,9 @@ class TrackerHub:
         with contextlib.suppress(Full):
             self._inbox.put(None, timeout=timeout)
         self._thread.join(max(deadline - time.monotonic(), 0.0))
-        for worker in self.workers:  # each given what is left: a hung one costs only itself
+        for worker in self.workers:  # all at once: a hung one costs only itself
+            worker.stop()
+        for worker in self.workers:
             worker.close(deadline)
 
     # The hub's thread.
@@ -225,7 +243,7 @@ class TrackerHub:
         self.rows += len(rows)
         for run_id, step, values in rows:
             for worker in self.workers:
-                worker.put(("row", run_id, step, values))
+                worker.put(("row", run_id, step, values), self._wait)
 
     def _run(self) -> None:
         builder = self._builder

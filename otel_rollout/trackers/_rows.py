@@ -5,7 +5,9 @@ A step's batch age and token-age shares come from
 and ``batch_age_by_step``), so the three agree exactly.  A restore's row is
 ``cost``'s own :class:`~otel_rollout.cost.Boundary`, read from the log by
 :func:`~otel_rollout.cost.analyze_file`, once the resumed run has trained
-again the step the stopped run had reached (or when it ends, if sooner).
+again the step the stopped run had reached (or when it ends, if sooner); and
+again when it ends, if the work it redid since changed any value, so that the
+last value of each ``restore/*`` metric is what ``cost`` reports.
 """
 
 from __future__ import annotations
@@ -114,6 +116,7 @@ class _Run:
     counts: dict[str, float] = field(default_factory=lambda: dict.fromkeys(_COUNTS_NAMES, 0.0))
     last_step: int | None = None
     restore: _Pending | None = None
+    logged: dict[str, float] | None = None  # the restore row logged when it caught up
 
 
 @dataclass
@@ -184,12 +187,18 @@ class RowBuilder:
         return rows
 
     def end_run(self, run_id: str) -> list[Row]:
-        """A run is over: its restore row, if it was still owed."""
-        run = self._runs.get(run_id)
-        if run is None or run.restore is None:
+        """A run is over: its restore row, if still owed, or changed since it was logged (the
+        rollouts it dispatched again after catching up): then cost's final values."""
+        run = self._runs.pop(run_id, None)
+        if run is None or (run.restore is None and run.logged is None):
             return []
-        step = run.last_step if run.last_step is not None else run.restore.restored_step
-        return self._settle(run_id, step if step is not None else 0)
+        restored = run.restore.restored_step if run.restore is not None else None
+        step = run.last_step if run.last_step is not None else restored
+        boundary = self._boundary(run_id)
+        if boundary is None:
+            return []
+        values = restore_values(boundary)
+        return [] if values == run.logged else [(run_id, step if step is not None else 0, values)]
 
     def end_all(self) -> list[Row]:
         return [row for run_id in list(self._runs) for row in self.end_run(run_id)]
@@ -205,9 +214,13 @@ class RowBuilder:
         )
 
     def _settle(self, run_id: str, step: int) -> list[Row]:
-        self._runs[run_id].restore = None
+        run = self._runs[run_id]
+        run.restore = None
         boundary = self._boundary(run_id)
-        return [] if boundary is None else [(run_id, step, restore_values(boundary))]
+        if boundary is None:
+            return []
+        run.logged = restore_values(boundary)
+        return [(run_id, step, run.logged)]
 
     def _boundary(self, run_id: str) -> Any:
         """cost's boundary before ``run_id``, from the log as it is now (None if none)."""
