@@ -208,8 +208,9 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument(
         "--only",
-        choices=["fsync", "read"],
-        help="measure only this part (fsync: the cost of syncing; read: the read commands)",
+        choices=["fsync", "read", "trackers"],
+        help="measure only this part (fsync: the cost of syncing; read: the read commands; "
+        "trackers: a controller's throughput and the log's lag with the trackers on)",
     )
     args = parser.parse_args()
     lines = args.lines or (20_000 if args.quick else 1_000_000)
@@ -220,6 +221,15 @@ def main() -> None:
     if args.only == "fsync":
         figures = {"fsync": fsync_cost(dispatches, seconds)}
         _fsync_table(figures["fsync"])
+        if args.json:
+            args.json.write_text(json.dumps(figures, indent=2))
+        return
+
+    if args.only == "trackers":
+        import trackers
+
+        figures = {"trackers": trackers.figures(2.0 if args.quick else 20.0, latency)}
+        print(trackers.report(figures["trackers"]))
         if args.json:
             args.json.write_text(json.dumps(figures, indent=2))
         return

@@ -107,6 +107,7 @@ class RolloutTrace:
         #: The sidecar's counts when it answered this run's close (spans made, sent, failed).
         self.sidecar_counts: dict[str, Any] = {}
         self._closed = False
+        self._pid = os.getpid()
         self.otel = otel.settings(**otel_options)  # misspelt options fail before any I/O
         if path is None:
             self.emit = _noop  # type: ignore[method-assign]  # emit is rebound per state: no branch on the hot path
@@ -137,7 +138,10 @@ class RolloutTrace:
         """The span and metric exporters for this process's pipeline: none when a sidecar
         makes them from the log (it is asked for here, reading from the log's end now)."""
         chosen = self.otel
-        made = _tracker_exporters(chosen, self.path) if chosen.trackers else []
+        # Your run objects belong to the process that made them: a forked child (a data
+        # loader's worker, say) logs nothing into them.
+        mine = os.getpid() == self._pid
+        made = _tracker_exporters(chosen, self.path, mine) if chosen.trackers else []
         if chosen.active and chosen.in_process:
             made += _otel_exporters(run_id, chosen)
         if not chosen.wants_sidecar:
@@ -269,11 +273,13 @@ class RolloutTrace:
         self._submit_run_start(parent_run_id=parent)
 
 
-def _tracker_exporters(chosen: otel.OtelSettings, path: Path | None) -> list[EventExporter]:
+def _tracker_exporters(
+    chosen: otel.OtelSettings, path: Path | None, objects_too: bool
+) -> list[EventExporter]:
     """The trackers logged from here: your run objects, and specs too when export runs in
     this process (otherwise the sidecar logs them from the log)."""
     specs, objects = trackers.split(chosen.trackers)
-    here = [*objects, *(specs if chosen.in_process else ())]
+    here = [*(objects if objects_too else ()), *(specs if chosen.in_process else ())]
     if not here:
         return []
     try:

@@ -17,7 +17,7 @@ from otel_rollout import config, otel
 from otel_rollout.batch_age import step_ages
 from otel_rollout.reader import read_events
 from otel_rollout.trace import RolloutTrace
-from otel_rollout.trackers import TrackerSpecError, parse_specs
+from otel_rollout.trackers import RESTORE_METRICS, STEP_METRICS, TrackerSpecError, parse_specs
 from otel_rollout.trackers._rows import SHARE_NAMES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,6 +76,8 @@ def assert_restores_equal_cost(runs: dict, log: Path) -> None:
     """Each restore's row holds what ``cost`` reports for that boundary."""
     boundaries = cost_boundaries(log)
     assert boundaries
+    logged = {name for series in runs.values() for name in series}
+    assert logged <= {*STEP_METRICS, *RESTORE_METRICS, "rollout/step"}  # the README's tables
     for b in boundaries:
         series = runs[b["new_run"]]
         for key in ("downtime_s", "steps_retrained", "tokens_at_risk", "resumed", "redispatched",

@@ -76,15 +76,15 @@ RESTORE_METRICS: dict[str, str] = {
     "restore/batch_age_before": "mean batch age of the last 5 steps before the stop",
     "restore/batch_age_after": "mean batch age of the first 5 steps after",
 }
-_SKIPPED = frozenset({"stopped_at", "resumed_at"})
 
 
 def restore_values(boundary: Any) -> dict[str, float]:
-    """A :class:`~otel_rollout.cost.Boundary` as a row: its numeric fields, as cost reports."""
+    """A :class:`~otel_rollout.cost.Boundary` as a row: the fields of :data:`RESTORE_METRICS`
+    that have a value, as ``cost`` reports them."""
     values = {
         f"restore/{k}": float(v)
         for k, v in boundary.report().items()
-        if k not in _SKIPPED and isinstance(v, (int, float)) and not isinstance(v, bool)
+        if f"restore/{k}" in RESTORE_METRICS and isinstance(v, (int, float))
     }
     restored = boundary.restored_checkpoint
     if restored is not None and isinstance(restored.get("step"), int):
