@@ -45,6 +45,10 @@ class TensorBoardSink:
 
     def __init__(self, writer: Any, own: bool) -> None:
         self.writer, self.own = writer, own
+        self._summary: Any = None
+        if own:  # one event a step, not one per value: 16 add_scalar calls took 1.5 ms a step
+            self._summary = _import("tensorboard", "tensorboardX.proto.summary_pb2").Summary
+            self._file = writer._get_file_writer()
 
     @classmethod
     def make(cls, spec: Spec, run_id: str) -> TensorBoardSink:
@@ -54,9 +58,16 @@ class TensorBoardSink:
         return cls(tbx.SummaryWriter(logdir=str(logdir), flush_secs=1), own=True)
 
     def log(self, step: int, values: Mapping[str, float]) -> None:
-        add = self.writer.add_scalar
-        for name, value in values.items():
-            add(name, value, step)
+        summary = self._summary
+        if summary is not None:
+            value = summary.Value
+            self._file.add_summary(
+                summary(value=[value(tag=k, simple_value=v) for k, v in values.items()]), step
+            )
+            return
+        add = self.writer.add_scalar  # yours, as you have it (a subclass, torch's)
+        for name, v in values.items():
+            add(name, v, step)
 
     def flush(self) -> None:
         self.writer.flush()
