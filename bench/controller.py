@@ -81,7 +81,9 @@ def one(mode: str, rate: int, seconds: float, endpoint: str, tmp: Path) -> dict[
     options: dict[str, Any] = {}
     if mode == "trackers":  # bench/trackers.py: all three trackers, from the sidecar
         os.environ.update(WANDB_MODE="offline", WANDB_DIR=str(tmp), WANDB_SILENT="true")
-        options = {"trackers": f"tensorboard:{tmp}/tb,mlflow:sqlite:///{tmp}/m.db,wandb"}
+        every = "tensorboard:{tmp}/tb,mlflow:sqlite:///{tmp}/m.db,wandb"
+        specs = os.environ.get("BENCH_TRACKERS", every)
+        options = {"trackers": specs.format(tmp=tmp)}
     elif mode != "jsonl":
         options = {"endpoint": endpoint, "metrics": {"otlp"}, "export_mode": mode}
     trace = RolloutTrace(tmp / "t.jsonl", **options)

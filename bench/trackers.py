@@ -35,13 +35,25 @@ import with_otel  # noqa: E402
 MODES = ("jsonl", "trackers")
 
 
-def throughput(seconds: float) -> dict[str, Any]:
+#: Each tracker alone (``--each``), to see which one costs what.
+EACH = {
+    "tensorboard": "tensorboard:{tmp}/tb",
+    "mlflow": "mlflow:sqlite:///{tmp}/m.db",
+    "wandb": "wandb",
+}
+
+
+def throughput(
+    seconds: float, rates: tuple[int, ...] = controller.RATES, specs: str | None = None
+) -> dict[str, Any]:
     """Median share (and the middle half) of the no-trace loop, per mode and rate, with the
     sidecar's CPU while the trackers log."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "WANDB_", "MLFLOW_"))}
     env["OTEL_ROLLOUT_SIDECAR_LINGER"] = "0"
+    if specs is not None:
+        env["BENCH_TRACKERS"] = specs
     out: dict[str, Any] = {}
-    for rate in controller.RATES:
+    for rate in rates:
         for mode in MODES:
             print(f"  {mode} at {rate:,} events/s", file=sys.stderr)
             with tempfile.TemporaryDirectory() as d:
@@ -134,8 +146,22 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="2 s of slices per mode and rate")
     parser.add_argument("--seconds", type=float, default=20.0, help="traced seconds per mode")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--each", nargs="*", choices=sorted(EACH), help="each tracker alone at 10,000 events/s"
+    )
     args = parser.parse_args()
-    f = figures(2.0 if args.quick else args.seconds, run.latency)
+    seconds = 2.0 if args.quick else args.seconds
+    if args.each is not None:
+        chosen = args.each or sorted(EACH)
+        each = {name: throughput(seconds, (10_000,), EACH[name]) for name in chosen}
+        for name, r in each.items():
+            log, on = r["jsonl@10000"], r["trackers@10000"]
+            print(f"| {name} alone | {log['share']:.1%} | {on['share']:.1%} | "
+                  f"{on['sidecar_cpu']:.0%} of a core |")  # fmt: skip
+        if args.json:
+            args.json.write_text(json.dumps(each, indent=2))
+        return
+    f = figures(seconds, run.latency)
     print(report(f))
     if args.json:
         args.json.write_text(json.dumps(f, indent=2))

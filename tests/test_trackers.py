@@ -133,12 +133,6 @@ def test_live_wandb_equals_the_file(demo: Path) -> None:
     assert_restores_equal_cost(runs, log)
 
 
-def test_nothing_lands_in_the_repository(demo: Path) -> None:
-    """Tracker output went where it was pointed, not into the working tree."""
-    for name in ("mlruns", "wandb", "mlflow.db"):
-        assert not (ROOT / name).exists(), name
-
-
 def test_log_to_backfills_the_same_values(demo: Path, tmp_path: Path) -> None:
     """``log-to`` on the demo's file logs what the live sidecar logged."""
     log = demo / "run" / "rollout_trace.jsonl"
@@ -253,3 +247,9 @@ def test_your_own_run_objects_are_logged_from_the_pipeline(tmp_path, monkeypatch
         wb.finish()
         mlflow.set_tracking_uri(None)
     assert_equals_file({trace.run_id: wandb_runs(tmp_path / "wandb")["mine"]}, log)
+
+
+def test_nothing_lands_in_the_repository(demo: Path) -> None:
+    """Tracker output went where it was pointed, not into the working tree (run last)."""
+    for name in ("mlruns", "wandb", "mlflow.db"):
+        assert not (ROOT / name).exists(), name
