@@ -141,7 +141,9 @@ class Worker:
         if item[0] == "row":
             _, run_id, step, values = item
             sink = self._sink(run_id)
-            if sink is not None and self._call(lambda: sink.log(step, values)):
+            if sink is None:
+                self.dropped += 1  # its tracker run could not be made (logged, counted once)
+            elif self._call(lambda: sink.log(step, values)):
                 self.logged += 1
         elif item[0] == "end":
             self._end(item[1])
