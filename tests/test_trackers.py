@@ -14,7 +14,7 @@ from _tracker_readers import mlflow_runs, mlflow_series, tensorboard_runs, wandb
 from conftest import clean_env
 
 from otel_rollout import config, otel
-from otel_rollout.batch_age import step_ages
+from otel_rollout.batch_age import batch_age_by_step, step_ages
 from otel_rollout.reader import read_events
 from otel_rollout.trace import RolloutTrace
 from otel_rollout.trackers import RESTORE_METRICS, STEP_METRICS, TrackerSpecError, parse_specs
@@ -63,6 +63,8 @@ def assert_equals_file(runs: dict, log: Path, *, float32: bool = False) -> None:
     close = (lambda a, b: a == pytest.approx(b, rel=1e-6)) if float32 else (lambda a, b: a == b)
     rows = step_ages(read_events(log))
     assert rows
+    by_step = {r.step: r.batch_age for r in rows if r.batch_age is not None}
+    assert by_step == batch_age_by_step(read_events(log))  # the rows are what it reports
     for row in rows:
         series = runs[row.run_id]
         assert close(series["rollout/tokens_trained"][row.step], row.tokens)
