@@ -96,7 +96,9 @@ def configure(*, reset: bool = False, **options: Any) -> None:
     spans and metrics over OTLP; ``configure(metrics={"prometheus"})`` serves
     a scrape endpoint; ``configure(tracer_provider=tp, meter_provider=mp)``
     uses yours.  Only an endpoint, an exporter name or an ``OTEL_*`` variable
-    turns network export on.
+    turns network export on.  ``configure(trackers="tensorboard:DIR,mlflow,wandb")``
+    (or run objects of yours) logs each step and restore into experiment trackers
+    (:mod:`otel_rollout.trackers`).
     """
     _check_names("configure()", options)
     if reset:
