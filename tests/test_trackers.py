@@ -251,6 +251,20 @@ def test_your_own_run_objects_are_logged_from_the_pipeline(tmp_path, monkeypatch
     assert_equals_file({trace.run_id: wandb_runs(tmp_path / "wandb")["mine"]}, log)
 
 
+def test_specs_in_process_mode_log_from_the_pipeline(tmp_path) -> None:
+    """With export in-process, a spec is logged from the trace's own pipeline, no sidecar."""
+    from otel_rollout.trackers import TrackerHub
+
+    log = tmp_path / "log.jsonl"
+    trace = RolloutTrace(log, trackers=f"tensorboard:{tmp_path / 'tb'}", export_mode="inprocess")
+    assert trace._sidecar is None
+    assert any(isinstance(e, TrackerHub) for e in trace.exporters)
+    emit_steps(trace, 20)
+    trace.close()
+    assert trace.stats.other["tracker_rows_logged"] == 20
+    assert_equals_file(tensorboard_runs(tmp_path / "tb"), log, float32=True)
+
+
 def test_nothing_lands_in_the_repository(demo: Path) -> None:
     """Tracker output went where it was pointed, not into the working tree (run last)."""
     for name in ("mlruns", "wandb", "mlflow.db"):

@@ -94,6 +94,7 @@ def test_a_hung_tracker_in_the_sidecar_delays_nothing(tmp_path, monkeypatch) -> 
     started = time.monotonic()
     trace.close()
     assert time.monotonic() - started < 3 + 3
+    assert trace.stats.other["tracker_rows_logged"] == 50  # TensorBoard's, as the sidecar said
     wait_for_sidecar(log)
     assert hole.connections >= 1  # the MLflow client did try, and was left waiting
     assert_equals_file(tensorboard_runs(tmp_path / "tb"), log, float32=True)
