@@ -79,15 +79,24 @@ def one(mode: str, rate: int, seconds: float, endpoint: str, tmp: Path) -> dict[
     from otel_rollout.trace import RolloutTrace
 
     options: dict[str, Any] = {}
-    if mode != "jsonl":
+    if mode == "trackers":  # bench/trackers.py: all three trackers, from the sidecar
+        os.environ.update(WANDB_MODE="offline", WANDB_DIR=str(tmp), WANDB_SILENT="true")
+        every = "tensorboard:{tmp}/tb,mlflow:sqlite:///{tmp}/m.db,wandb"
+        specs = os.environ.get("BENCH_TRACKERS", every)
+        options = {"trackers": specs.format(tmp=tmp)}
+    elif mode != "jsonl":
         options = {"endpoint": endpoint, "metrics": {"otlp"}, "export_mode": mode}
     trace = RolloutTrace(tmp / "t.jsonl", **options)
     sidecar_pid = None
-    if mode == "sidecar":  # steady state: the sidecar is up and following
+    if mode in ("sidecar", "trackers"):  # steady state: the sidecar is up and following
         deadline = time.monotonic() + 30
         while trace._sidecar.sidecar_pid is None and time.monotonic() < deadline:
             time.sleep(0.01)
         sidecar_pid = trace._sidecar.sidecar_pid
+    if mode == "trackers":  # a first step, so that the trackers' libraries are loaded before
+        for kind, fields in with_otel.mixed_events(80):
+            trace.emit(kind, **fields)
+        time.sleep(8.0)  # importing mlflow and wandb, a W&B run's service: ~5 s here
     time.sleep(0.3)
     slices = max(int(seconds / SLICE), 1)
     events = with_otel.mixed_events(int(rate * SLICE * slices) + rate)

@@ -274,10 +274,11 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument(
         "--only",
-        choices=["fsync", "read", "watch", "spanfirst"],
+        choices=["fsync", "read", "watch", "spanfirst", "trackers"],
         help="measure only this part (fsync: the cost of syncing; read: the read commands; "
         "watch: the live view following a file growing at 10k events/s; spanfirst: what "
-        "making the log from spans costs the caller, and loses at a kill -9)",
+        "making the log from spans costs the caller, and loses at a kill -9; trackers: a "
+        "controller's throughput and the log's lag with the trackers on)",
     )
     args = parser.parse_args()
     lines = args.lines or (20_000 if args.quick else 1_000_000)
@@ -295,6 +296,15 @@ def main() -> None:
     if args.only == "watch":
         figures = {"watch": watch.figures(10_000, 5.0 if args.quick else 20.0, 0.5)}
         print(watch.report(figures["watch"]))
+        if args.json:
+            args.json.write_text(json.dumps(figures, indent=2))
+        return
+
+    if args.only == "trackers":
+        import trackers
+
+        figures = {"trackers": trackers.figures(2.0 if args.quick else 20.0, latency)}
+        print(trackers.report(figures["trackers"]))
         if args.json:
             args.json.write_text(json.dumps(figures, indent=2))
         return

@@ -279,11 +279,16 @@ class LiveBatchAge:
     a ``train.step`` returns that step's :class:`StepAge`.  Seals and steps
     are checked by the schema's rules (:func:`otel_rollout.events.from_object`)
     and malformed ones go to ``on_malformed(event, reason)``.  Trained and
-    discarded groups are forgotten, so memory is bounded by the groups in flight.
+    discarded groups are forgotten, so memory is bounded by the groups in flight,
+    except that a trained group's counts are kept until a checkpoint at or past its
+    step: a run resumed from an earlier checkpoint may train it again (a group its
+    rollout snapshot kept), and the file's analyses count its seal then too.
     """
 
     def __init__(self, on_malformed: OnMalformed | None = None) -> None:
         self._groups: dict[str, SealCounts] = {}
+        #: group_id → (the run that trained it, the step, its counts), oldest first.
+        self._trained: dict[str, tuple[str, int, SealCounts]] = {}
         self._report = on_malformed or _log_malformed
 
     def observe(self, event: dict[str, Any]) -> StepAge | None:
@@ -299,20 +304,47 @@ class LiveBatchAge:
             self._groups[typed.group_id] = seal_counts(typed.tokens_by_version)
         elif kind == "group.discard":
             self._groups.pop(typed.group_id, None)
+        elif kind == "checkpoint.publish":
+            done = [g for g, (_, step, _) in self._trained.items() if step <= typed.step]
+            for group_id in done:
+                del self._trained[group_id]
         else:
-            row = step_age(
-                typed.step,
-                typed.trained_version,
-                typed.group_ids,
-                self._groups,
-                run_id=typed.run_id,
-                t=typed.t,
-                logged_batch_age=typed.batch_age,
-            )
-            for group_id in typed.group_ids:
-                self._groups.pop(group_id, None)
-            return row
+            return self._step(typed)
         return None
 
+    def _step(self, typed: Any) -> StepAge:
+        groups, trained = self._groups, self._trained
+        seals: dict[str, SealCounts] = {}
+        for group_id in typed.group_ids:
+            counts = groups.get(group_id)
+            if counts is None:
+                earlier = trained.get(group_id)
+                # Trained by another run: this one resumed and trains it again.  The same run
+                # training a group twice counts it once, as the controller's own value does.
+                if earlier is not None and earlier[0] != typed.run_id:
+                    counts = earlier[2]
+            if counts is not None:
+                seals[group_id] = counts
+        row = step_age(
+            typed.step,
+            typed.trained_version,
+            typed.group_ids,
+            seals,
+            run_id=typed.run_id,
+            t=typed.t,
+            logged_batch_age=typed.batch_age,
+        )
+        for group_id in typed.group_ids:
+            counts = groups.pop(group_id, None)
+            if counts is not None:
+                trained.pop(group_id, None)
+                trained[group_id] = (typed.run_id, typed.step, counts)
+        while len(trained) > _TRAINED_KEPT:  # no checkpoints at all: the newest are kept
+            del trained[next(iter(trained))]
+        return row
 
-_LIVE_KINDS = frozenset({"group.seal", "group.discard", "train.step"})
+
+_LIVE_KINDS = frozenset({"group.seal", "group.discard", "train.step", "checkpoint.publish"})
+#: Trained groups kept for a resumed run when no checkpoint says they are past: 64k groups
+#: (~100 bytes each) is hundreds of steps of a large run.
+_TRAINED_KEPT = 65_536

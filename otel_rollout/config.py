@@ -28,6 +28,7 @@ __all__ = [
     "SETTINGS",
     "SIDECAR_LINGER",
     "SPAN_HOLD_BYTES",
+    "TRACKERS",
     "WATCH_INTERVAL",
     "Setting",
 ]
@@ -216,6 +217,21 @@ SPAN_HOLD_BYTES: Setting[int] = Setting(
     "as 1.1 KB and 160 bytes a call); past it, the oldest are written and counted.",
 )
 
+
+def _trackers(raw: str) -> tuple[str, ...]:
+    from .trackers._spec import parse_specs  # imports nothing of the package
+
+    return tuple(str(spec) for spec in parse_specs(raw))
+
+
+TRACKERS: Setting[tuple[str, ...]] = Setting(
+    "OTEL_ROLLOUT_TRACKERS",
+    (),
+    _trackers,
+    "Experiment trackers the export sidecar logs each step's batch age and rollout counts "
+    "into, comma-separated: tensorboard:DIR, mlflow[:TRACKING_URI], wandb[:PROJECT].",
+)
+
 SETTINGS: tuple[Setting, ...] = (
     QUEUE_SIZE,
     MAX_BATCH,
@@ -229,4 +245,5 @@ SETTINGS: tuple[Setting, ...] = (
     SIDECAR_LINGER,
     WATCH_INTERVAL,
     SPAN_HOLD_BYTES,
+    TRACKERS,
 )

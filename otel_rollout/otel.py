@@ -59,6 +59,9 @@ class OtelSettings:
     #: ``"sidecar"`` or ``"inprocess"``; None: ``OTEL_ROLLOUT_EXPORT_MODE`` (default sidecar).
     #: Your own ``tracer_provider``/``meter_provider`` always mean in-process.
     export_mode: str | None = None
+    #: Experiment trackers: specs (``"tensorboard:DIR"``, ``"mlflow"``, ``"wandb"``; logged
+    #: from by the sidecar) and run objects of yours (logged from by this process's pipeline).
+    trackers: tuple[Any, ...] = ()
 
     @property
     def in_process(self) -> bool:
@@ -66,6 +69,12 @@ class OtelSettings:
         if self.tracer_provider is not None or self.meter_provider is not None:
             return True
         return config.EXPORT_MODE.resolve(self.export_mode) == "inprocess"
+
+    @property
+    def wants_sidecar(self) -> bool:
+        """Whether the export sidecar is needed: export on, or tracker specs, out of process."""
+        specs = any(isinstance(t, str) for t in self.trackers)
+        return (self.active or specs) and not self.in_process
 
     @property
     def active(self) -> bool:
@@ -87,7 +96,9 @@ def configure(*, reset: bool = False, **options: Any) -> None:
     spans and metrics over OTLP; ``configure(metrics={"prometheus"})`` serves
     a scrape endpoint; ``configure(tracer_provider=tp, meter_provider=mp)``
     uses yours.  Only an endpoint, an exporter name or an ``OTEL_*`` variable
-    turns network export on.
+    turns network export on.  ``configure(trackers="tensorboard:DIR,mlflow,wandb")``
+    (or run objects of yours) logs each step and restore into experiment trackers
+    (:mod:`otel_rollout.trackers`).
     """
     _check_names("configure()", options)
     if reset:
@@ -118,6 +129,7 @@ def settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Otel
         prometheus_host=env.get("OTEL_EXPORTER_PROMETHEUS_HOST") or "127.0.0.1",
         prometheus_port=_port(env.get("OTEL_EXPORTER_PROMETHEUS_PORT"), 9464),
         service_name=env.get("OTEL_SERVICE_NAME") or None,
+        trackers=_env_trackers(environ),
     )
     chosen = {**_defaults, **_normalize({k: v for k, v in overrides.items() if v is not None})}
     # An endpoint given in code turns OTLP on, as the variable does; nothing else does.
@@ -142,12 +154,39 @@ def _normalize(options: dict[str, Any]) -> dict[str, Any]:
         out["metrics"] = frozenset([value] if isinstance(value, str) else value) - {"none"}
     if "protocol" in out:
         out["protocol"] = _protocol(out["protocol"])
+    if "trackers" in out:
+        out["trackers"] = _trackers(out["trackers"])
     if "export_mode" in out:
         try:
             out["export_mode"] = config.EXPORT_MODE.parse(str(out["export_mode"]))
         except ValueError as exc:
             raise ValueError(f"export_mode: {exc}, got {out['export_mode']!r}") from None
     return out
+
+
+def _env_trackers(environ: Mapping[str, str] | None) -> tuple[str, ...]:
+    if environ is None:
+        return config.TRACKERS.resolve()
+    raw = environ.get(config.TRACKERS.env, "")
+    try:
+        return config.TRACKERS.parse(raw) if raw.strip() else ()
+    except ValueError as exc:
+        _log.warning("ignoring %s=%r (%s)", config.TRACKERS.env, raw, exc)
+        return ()
+
+
+def _trackers(value: Any) -> tuple[Any, ...]:
+    """Specs as text (checked by the one parser) and run objects, in the order given."""
+    from .trackers._spec import parse_specs
+
+    items = [value] if isinstance(value, str) or not isinstance(value, (list, tuple)) else value
+    out: list[Any] = []
+    for item in items:
+        if isinstance(item, str):
+            out += [str(spec) for spec in parse_specs(item)]  # raises on a bad spec
+        elif item is not None:
+            out.append(item)
+    return tuple(out)
 
 
 def _choice(env: Mapping[str, str], name: str, allowed: set[str]) -> str | None:

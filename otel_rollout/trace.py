@@ -13,6 +13,7 @@ unchanged with ``from otel_rollout import trace``.  Run it on a file
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import os
 import signal
@@ -23,7 +24,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import config, otel
+from . import config, otel, trackers
 from ._pipeline import Pipeline, PipelineStats
 from .batch_age import (
     BATCH_AGE_TOKENS_METRIC,
@@ -106,6 +107,7 @@ class RolloutTrace:
         #: The sidecar's counts when it answered this run's close (spans made, sent, failed).
         self.sidecar_counts: dict[str, Any] = {}
         self._closed = False
+        self._pid = os.getpid()
         self.otel = otel.settings(**otel_options)  # misspelt options fail before any I/O
         if path is None:
             self.emit = _noop  # type: ignore[method-assign]  # emit is rebound per state: no branch on the hot path
@@ -135,17 +137,30 @@ class RolloutTrace:
     def _made_here(self, run_id: str) -> list[EventExporter]:
         """The span and metric exporters for this process's pipeline: none when a sidecar
         makes them from the log (it is asked for here, reading from the log's end now)."""
-        if not self.otel.active:
-            return []
-        if self.otel.in_process:
-            return _otel_exporters(run_id, self.otel)
+        chosen = self.otel
+        # Your run objects belong to the process that made them: a forked child (a data
+        # loader's worker, say) logs nothing into them.
+        mine = os.getpid() == self._pid
+        made = _tracker_exporters(chosen, self.path, mine) if chosen.trackers else []
+        if chosen.active and chosen.in_process:
+            made += _otel_exporters(run_id, chosen)
+        if not chosen.wants_sidecar:
+            return made
         from .sidecar.link import SidecarLink
 
         assert self.path is not None
+        specs, _ = trackers.split(chosen.trackers)
+        if specs:  # a missing library is said here, in the trainer's log, not the sidecar's
+            kept = tuple(str(spec) for spec in trackers.usable(specs, _log.error))
+            chosen = dataclasses.replace(chosen, trackers=kept)
+            if not chosen.active and not kept:
+                return made
+        if not chosen.active:  # tracker specs alone: the sidecar makes no span or metric
+            chosen = dataclasses.replace(chosen, traces="none", metrics=frozenset())
         offset = file_size(self.path)
         linger = config.SIDECAR_LINGER.resolve()
-        self._sidecar = SidecarLink(self.path, run_id, self.otel, offset, linger)
-        return []
+        self._sidecar = SidecarLink(self.path, run_id, chosen, offset, linger)
+        return made
 
     def _submit_run_start(self, **extra: Any) -> None:
         assert self._pipeline is not None
@@ -266,6 +281,23 @@ class RolloutTrace:
         self._pipeline.restart_in_child(run_id, lambda: [*mine, *self._made_here(run_id)])
         self.emit = self._pipeline.make_emit()  # type: ignore[method-assign]  # the pipeline's closure is the fast emit
         self._submit_run_start(parent_run_id=parent)
+
+
+def _tracker_exporters(
+    chosen: otel.OtelSettings, path: Path | None, objects_too: bool
+) -> list[EventExporter]:
+    """The trackers logged from here: your run objects, and specs too when export runs in
+    this process (otherwise the sidecar logs them from the log)."""
+    specs, objects = trackers.split(chosen.trackers)
+    here = [*(objects if objects_too else ()), *(specs if chosen.in_process else ())]
+    if not here:
+        return []
+    try:
+        hub = trackers.hub_for(here, path)
+    except Exception as exc:  # a run object we cannot log into must not stop training
+        _log.error("otel-rollout: trackers are off: %s", exc)
+        return []
+    return [hub] if hub is not None else []
 
 
 def _otel_exporters(run_id: str, chosen: otel.OtelSettings) -> list[EventExporter]:

@@ -31,6 +31,7 @@ _COMMANDS = {
     "simulate": "_simulate",
     "demo": "_simulate",
     "export": "_export",
+    "log-to": "_log_to",
     "stack": "_stack",
     "schema": "_schema",
 }

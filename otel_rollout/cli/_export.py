@@ -110,10 +110,10 @@ def _replay(args: argparse.Namespace, chosen: OtelSettings) -> Telemetry:
 def _follow(args: argparse.Namespace, chosen: OtelSettings) -> Telemetry:
     from ..sidecar import Sidecar, handle_signals
 
-    if not chosen.active:
+    if not chosen.active and not chosen.trackers:
         raise CliError(
             "nothing to export: set --endpoint, OTEL_EXPORTER_OTLP_ENDPOINT, "
-            "OTEL_TRACES_EXPORTER or OTEL_METRICS_EXPORTER"
+            "OTEL_TRACES_EXPORTER, OTEL_METRICS_EXPORTER or OTEL_ROLLOUT_TRACKERS"
         )
     if Path(args.file).is_dir():
         raise CliError(f"{args.file}: is a directory (pass the rollout_trace.jsonl inside it)")

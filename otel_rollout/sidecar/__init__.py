@@ -139,7 +139,7 @@ class Sidecar:
                         f"cannot serve Prometheus metrics on {chosen.prometheus_host}:"
                         f"{chosen.prometheus_port} (see the sidecar's log)"
                     )
-            self.telemetry = Telemetry(chosen, prometheus_registry=registry)
+            self.telemetry = Telemetry(chosen, prometheus_registry=registry, path=self.path)
         except BaseException:
             self._stop_prometheus()
             if self.control is not None:
@@ -326,6 +326,7 @@ class Sidecar:
                         "spans_made": t.spans_made,
                         "spans_sent": t.spans_sent,
                         "spans_failed": t.spans_failed,
+                        **(t.trackers.counts() if t.trackers is not None else {}),
                     },
                 )
         return bool(due)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import logging
 import os
@@ -46,6 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     # At nice 10 a controller kept 3-4 points less at 10k events/s than with the log alone
     # on 2 cores; at nice 19 the difference was within noise (bench/README.md).
     os.nice(NICENESS)
+    # The sidecar runs in a session of its own, and where the kernel groups tasks by session
+    # (sched_autogroup_enabled, the default of most distributions) nice ranks threads only
+    # within their group: the group as a whole would compete with the trainer's as an equal.
+    # The group's own nice value puts it (and a tracker's helper process, wandb-core) behind.
+    with contextlib.suppress(OSError), open("/proc/self/autogroup", "w") as f:
+        f.write(str(NICENESS))
 
     try:
         sidecar = Sidecar(

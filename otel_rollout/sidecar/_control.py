@@ -142,6 +142,7 @@ def encode_settings(chosen: OtelSettings) -> str:
     """``chosen`` as JSON for the sidecar's command line (providers cannot cross processes)."""
     fields: dict[str, Any] = {name: getattr(chosen, name) for name in _SENT}
     fields["metrics"] = sorted(chosen.metrics)
+    fields["trackers"] = [t for t in chosen.trackers if isinstance(t, str)]  # specs only
     fields["resource_attributes"] = {
         str(k): v if isinstance(v, (str, int, float, bool)) else str(v)
         for k, v in dict(chosen.resource_attributes).items()
@@ -152,6 +153,7 @@ def encode_settings(chosen: OtelSettings) -> str:
 def decode_settings(text: str) -> OtelSettings:
     fields = orjson.loads(text)
     fields["metrics"] = frozenset(fields.get("metrics", ()))
+    fields["trackers"] = tuple(fields.get("trackers", ()))
     return OtelSettings(**fields)
 
 

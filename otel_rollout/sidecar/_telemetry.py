@@ -15,6 +15,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from queue import Full, Queue
 from typing import Any
 
@@ -24,11 +25,12 @@ from opentelemetry.sdk.metrics.export import MetricReader
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
 
-from .. import _providers
+from .. import _providers, config
 from ..age import LiveBatchAge
 from ..metrics import MetricsExporter
 from ..otel import OtelSettings
 from ..spans import SpanBuilder
+from ..trackers import hub_for
 from . import _otlp
 
 __all__ = ["CollectingProcessor", "SpanShipper", "Telemetry"]
@@ -151,9 +153,17 @@ class Telemetry:
     """
 
     def __init__(
-        self, chosen: OtelSettings, prometheus_registry: Any = None, *, end_other_runs: bool = False
+        self,
+        chosen: OtelSettings,
+        prometheus_registry: Any = None,
+        *,
+        end_other_runs: bool = False,
+        path: Path | None = None,
     ) -> None:
         self.chosen = chosen
+        #: The experiment trackers the specs name, fed the same events (with the log's path,
+        #: which cost reads for the restore rows); None without specs or path.
+        self.trackers = hub_for(chosen.trackers, path) if path and chosen.trackers else None
         self.runs: dict[str, _Run] = {}
         self.events = 0
         self._registry = prometheus_registry
@@ -233,6 +243,8 @@ class Telemetry:
     def export(self, events: Sequence[dict[str, Any]]) -> None:
         """Make the spans and metric updates of ``events`` (one run's or many, in file order)."""
         self.events += len(events)
+        if self.trackers is not None:
+            self.trackers.export(events)
         for event in events:
             if event.get("event") == "run.start" and event.get("run_id").__class__ is str:
                 self._run(event["run_id"]).start = event
@@ -264,6 +276,8 @@ class Telemetry:
         if run.ended:
             return
         run.ended = True
+        if self.trackers is not None:
+            self.trackers.end_run(run_id)
         if self.builder is not None:
             self.builder.end_open_spans(reason=reason, run_id=run_id)
             self.ship()
@@ -281,7 +295,13 @@ class Telemetry:
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every span made so far has been exported (or refused)."""
         self.ship()
-        return self.shipper.flush(timeout) if self.shipper is not None else True
+        flushed = self.shipper.flush(timeout) if self.shipper is not None else True
+        if self.trackers is not None:
+            # Half the trainer's close timeout: a hung tracker must not keep the trainer from
+            # hearing the counts (it waits for them that long at most).
+            limit = config.CLOSE_TIMEOUT.resolve() / 2
+            flushed = self.trackers.flush(limit if timeout is None else timeout) and flushed
+        return flushed
 
     def open_runs(self) -> list[str]:
         return [r.run_id for r in self.runs.values() if not r.ended]
@@ -293,6 +313,8 @@ class Telemetry:
             self.end_run(run_id, reason)
         if self.shipper is not None:
             self.shipper.close(timeout)
+        if self.trackers is not None:
+            self.trackers.close(config.CLOSE_TIMEOUT.resolve() if timeout is None else timeout)
         for run in self.runs.values():
             self._retire(run)
 

@@ -1,0 +1,87 @@
+"""``otel-rollout log-to SPEC FILE``: backfill a finished (or crashed) run's trace into an
+experiment tracker, through the same exporter a live run uses."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from ._common import CliError, checked_batches, trace_reader
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "log-to",
+        help="log a trace file's batch age per step, rollout counts and restore costs into "
+        "TensorBoard, MLflow or Weights & Biases (one tracker run per run in the file)",
+        description=(
+            "Read a finished or crashed run's trace file and log, for each training step at "
+            "its step number, the batch age, token-age shares, tokens trained and the rollout "
+            "counts; and for each restore, what the stop cost (as 'otel-rollout cost' reports "
+            "it). Every run in the file becomes a tracker run of its own, named after its "
+            "run_id. The same exporter a live run's sidecar uses, so the values are the ones "
+            "it would have logged."
+        ),
+        epilog=(
+            "SPEC is comma-separated: tensorboard:DIR (event files in DIR/RUN_ID), "
+            "mlflow[:TRACKING_URI] (experiment MLFLOW_EXPERIMENT_NAME, default otel-rollout), "
+            "wandb[:PROJECT] (WANDB_PROJECT, WANDB_MODE and the rest apply). Each needs its "
+            "extra: pip install 'otel-rollout[tensorboard]', '[mlflow]' or '[wandb]'."
+        ),
+    )
+    parser.add_argument("spec", help="where to log: tensorboard:DIR, mlflow[:URI], wandb, …")
+    parser.add_argument("file", help="a rollout_trace.jsonl (or .jsonl.gz)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="most seconds to wait for the trackers to finish after the file is read (120)",
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..trackers import TrackerHub, TrackerSpecError, missing_extra, parse_specs
+
+    try:
+        specs = parse_specs(args.spec)
+    except TrackerSpecError as exc:
+        raise CliError(str(exc)) from None
+    if not specs:
+        raise CliError("no tracker named: pass tensorboard:DIR, mlflow[:URI] or wandb")
+    for spec in specs:
+        problem = missing_extra(spec.kind)
+        if problem is not None:
+            raise CliError(problem)
+    reader = trace_reader(args.file, validate=True)
+    hub = TrackerHub(list(specs), reader.path, backfill=True)
+    started = time.monotonic()
+    events = 0
+    runs: dict[str, None] = {}
+    for batch in checked_batches(reader):
+        hub.export(batch)
+        for event in batch:
+            runs.setdefault(event.get("run_id"))
+        events += len(batch)
+    # Every run's tracker run stays open to the end: a forked child's lines may interleave.
+    print(f"read {events:,} events; waiting for the trackers to finish…", file=sys.stderr)
+    hub.close(args.timeout)
+    counts = hub.counts()
+    names = ", ".join(str(s) for s in specs)
+    print(
+        f"{args.file}: {events:,} events from {len(runs)} run{'s' if len(runs) != 1 else ''} → "
+        f"{hub.rows:,} rows, {counts['tracker_rows_logged']:,} logged into {names} "
+        f"in {time.monotonic() - started:.1f}s",
+        file=sys.stderr,
+    )
+    failed = counts["tracker_errors"] + counts["tracker_rows_dropped"] + counts["trackers_hung"]
+    if failed:
+        raise CliError(
+            f"{counts['tracker_errors']} tracker calls failed, "
+            f"{counts['tracker_rows_dropped']} rows not logged (see the messages above)",
+            exit_code=1,
+        )
+    return 0

@@ -1,0 +1,69 @@
+"""Experiment trackers: each training step's batch age and rollout counts, and each
+restore's cost, logged into TensorBoard, MLflow and Weights & Biases.
+
+Turned on by ``OTEL_ROLLOUT_TRACKERS`` (``tensorboard:DIR,mlflow[:URI],wandb``),
+``otel_rollout.configure(trackers=…)`` or ``RolloutTrace(path, trackers=…)``.
+Specs are logged from by the export sidecar, from the log; run objects of your
+own (a ``SummaryWriter``, an MLflow run, a wandb run) by the training process's
+background pipeline.  ``otel-rollout log-to SPEC FILE`` backfills a finished run.
+
+* :mod:`._spec` — the one spec parser;
+* :mod:`._rows` — events → rows (the batch-age code of the gauge and the file);
+* :mod:`._hub` — the hub's thread and one worker thread per tracker;
+* :mod:`._sinks` — TensorBoard, MLflow and W&B, each imported only when used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ._hub import TrackerHub, Worker
+from ._rows import RESTORE_METRICS, STEP_METRICS, RowBuilder
+from ._spec import KINDS, MissingExtra, Spec, TrackerSpecError, missing_extra, parse_specs
+
+__all__ = [
+    "KINDS",
+    "RESTORE_METRICS",
+    "STEP_METRICS",
+    "MissingExtra",
+    "RowBuilder",
+    "Spec",
+    "TrackerHub",
+    "TrackerSpecError",
+    "Worker",
+    "hub_for",
+    "missing_extra",
+    "parse_specs",
+    "split",
+    "usable",
+]
+
+
+def split(trackers: Iterable[Any]) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+    """``(specs, run objects)``: text goes to the sidecar; objects cannot leave the process."""
+    specs = tuple(t for t in trackers if isinstance(t, str))
+    return specs, tuple(t for t in trackers if not isinstance(t, str))
+
+
+def usable(specs: Iterable[str], warn: Any) -> list[Spec]:
+    """The specs whose library is installed; ``warn(message)`` for each that is not."""
+    kept = []
+    for spec in parse_specs(list(specs)):
+        problem = missing_extra(spec.kind)
+        if problem is None:
+            kept.append(spec)
+        else:
+            warn(f"otel-rollout: {problem}; {spec} is off")
+    return kept
+
+
+def hub_for(targets: Iterable[Any], path: Path | None) -> TrackerHub | None:
+    """A hub for the usable ``targets`` (specs, as text or :class:`Spec`, and run objects)."""
+    import logging
+
+    log = logging.getLogger("otel_rollout")
+    specs, objects = split(targets)
+    chosen: list[Any] = [*usable(specs, log.error), *objects]
+    return TrackerHub(chosen, path) if chosen else None

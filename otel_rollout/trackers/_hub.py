@@ -1,0 +1,267 @@
+"""The trackers' threads: one that turns events into rows, and one worker per tracker.
+
+:class:`TrackerHub` is an exporter (``export``, ``shutdown``, ``counts``): in
+the export sidecar it is fed the log's events, in the training process the
+pipeline's.  ``export`` only hands the batch to the hub's own thread, which
+builds the rows (:class:`~._rows.RowBuilder`) and gives them to each
+tracker's :class:`Worker`, a thread with a bounded queue of its own.  A tracker
+that fails is logged once and counted; one that hangs fills its own queue
+(rows past it are dropped and counted) and is left behind at close, after
+``timeout`` seconds: never does it hold the log, the caller or another tracker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from queue import Empty, Full, Queue
+from typing import Any
+
+from ._rows import Row, RowBuilder
+from ._sinks import Sink, kind_of, opener
+
+__all__ = ["TrackerHub", "Worker"]
+
+_log = logging.getLogger("otel_rollout")
+
+#: Rows a tracker may have waiting before new ones are dropped (and counted): ~10 minutes of
+#: a run training a step a second, with a restore row or two.
+WORKER_QUEUE = 1024
+#: Event batches waiting for the hub's thread before new ones are dropped (and counted).
+INBOX = 4096
+#: Seconds between flushes of a tracker (an MLflow log_batch, a TensorBoard file flush).
+FLUSH_INTERVAL = 1.0
+
+
+class Worker:
+    """One tracker's thread: opens a sink per trace run, logs its rows, flushes, closes."""
+
+    def __init__(self, name: str, open_sink: Callable[[str], Sink]) -> None:
+        self.name = name
+        self._open = open_sink
+        self._queue: Queue[Any] = Queue(maxsize=WORKER_QUEUE)
+        self._sinks: dict[str, Sink | None] = {}  # None: the run's sink could not be made
+        self.logged = self.dropped = self.failed = 0
+        self.hung = False
+        self._stopping = threading.Event()
+        self._complained = False
+        self._thread = threading.Thread(target=self._run, name=f"otel-rollout-{name}", daemon=True)
+        self._thread.start()
+
+    def put(self, item: Any, wait: bool = False) -> None:
+        """Queue a row, or a run's end.  Live, never waits: a full queue drops the row
+        (counted); a backfill (``wait``) waits for room instead."""
+        try:
+            self._queue.put(item, block=wait)
+        except Full:
+            if item[0] == "row":
+                self.dropped += 1
+                self._complain("is not keeping up; dropping rows (counted)")
+
+    def flush(self, deadline: float) -> bool:
+        """Wait until what was queued before is logged and flushed (False past ``deadline``)."""
+        done = threading.Event()
+        try:
+            self._queue.put(done, timeout=max(deadline - time.monotonic(), 0.0))
+        except Full:
+            return False
+        return done.wait(max(deadline - time.monotonic(), 0.0))
+
+    def stop(self) -> None:
+        """Ask the thread to log what is queued, close every sink and end (never waits)."""
+        self._stopping.set()
+        with contextlib.suppress(Full):
+            self._queue.put_nowait(None)  # a wake-up; a full queue ends on _stopping
+
+    def close(self, deadline: float) -> None:
+        """:meth:`stop`, then wait until ``deadline``; a thread still busy is hung (counted)."""
+        self.stop()
+        self._thread.join(max(deadline - time.monotonic(), 0.0))
+        if self._thread.is_alive():
+            self.hung = True
+            left = self._queue.qsize()
+            self.dropped += left
+            _log.warning(
+                "otel-rollout: tracker %s did not finish in time; %d items left unlogged",
+                self.name,
+                left,
+            )
+
+    def _complain(self, what: str, exc: BaseException | None = None) -> None:
+        if not self._complained:
+            self._complained = True
+            suffix = f": {type(exc).__name__}: {exc}" if exc is not None else ""
+            _log.error("otel-rollout: tracker %s %s%s", self.name, what, suffix)
+
+    def _call(self, fn: Callable[[], Any]) -> bool:
+        try:
+            fn()
+        except Exception as exc:
+            self.failed += 1
+            self._complain("failed; counting its losses (trace.stats)", exc)
+            return False
+        return True
+
+    def _sink(self, run_id: str) -> Sink | None:
+        if run_id not in self._sinks:
+            made: list[Sink] = []
+            self._call(lambda: made.append(self._open(run_id)))
+            self._sinks[run_id] = made[0] if made else None
+        return self._sinks[run_id]
+
+    def _run(self) -> None:
+        get, next_flush = self._queue.get, time.monotonic() + FLUSH_INTERVAL
+        while True:
+            try:
+                item = get(timeout=max(next_flush - time.monotonic(), 0.001))
+            except Empty:
+                item = ()
+                if self._stopping.is_set():
+                    break
+            if item is None:
+                if self._queue.empty():
+                    break
+                continue  # the wake-up came before the last rows (a full queue): log them
+            if isinstance(item, threading.Event):
+                self._flush_all()
+                item.set()
+            elif item:
+                self._handle(item)
+            if time.monotonic() >= next_flush:
+                self._flush_all()
+                next_flush = time.monotonic() + FLUSH_INTERVAL
+        for run_id in list(self._sinks):
+            self._end(run_id)
+
+    def _handle(self, item: tuple[Any, ...]) -> None:
+        if item[0] == "row":
+            _, run_id, step, values = item
+            sink = self._sink(run_id)
+            if sink is None:
+                self.dropped += 1  # its tracker run could not be made (logged, counted once)
+            elif self._call(lambda: sink.log(step, values)):
+                self.logged += 1
+        elif item[0] == "end":
+            self._end(item[1])
+
+    def _end(self, run_id: str) -> None:
+        sink = self._sinks.pop(run_id, None)
+        if sink is not None:
+            self._call(sink.close)
+
+    def _flush_all(self) -> None:
+        for sink in self._sinks.values():
+            if sink is not None:
+                self._call(sink.flush)
+
+
+class TrackerHub:
+    """Every tracker of one trace (or of one log, in the sidecar), as one exporter.
+
+    ``targets`` are :class:`~._spec.Spec` s and run objects of yours; ``path`` is
+    the log, read by ``cost`` for the restore rows.
+    """
+
+    def __init__(
+        self, targets: Sequence[Any], path: Path | None, *, backfill: bool = False
+    ) -> None:
+        self._wait = backfill  # a finished file: wait for a slow tracker rather than drop
+        self.workers = [
+            Worker(f"{kind_of(t)}{':' + str(t.target) if getattr(t, 'target', None) else ''}",
+                   opener(t))
+            for t in targets
+        ]  # fmt: skip
+        self._builder = RowBuilder(path)
+        self._inbox: Queue[Any] = Queue(maxsize=INBOX)
+        self.events_dropped = 0
+        self.rows = 0
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="otel-rollout-trackers", daemon=True)
+        self._thread.start()
+
+    # The exporter protocol.
+
+    def export(self, events: Sequence[dict[str, Any]]) -> int:
+        try:
+            self._inbox.put(("events", events), block=self._wait)
+        except Full:
+            self.events_dropped += len(events)
+        return 0
+
+    def end_run(self, run_id: str) -> None:
+        """A run is over: its restore row if owed, then its tracker runs are closed."""
+        with contextlib.suppress(Full):
+            self._inbox.put_nowait(("end", run_id))
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "tracker_rows_logged": sum(w.logged for w in self.workers),
+            "tracker_rows_dropped": sum(w.dropped for w in self.workers),
+            "tracker_errors": sum(w.failed for w in self.workers),
+            "tracker_events_dropped": self.events_dropped,
+            "trackers_hung": sum(w.hung for w in self.workers),
+        }
+
+    def flush(self, timeout: float) -> bool:
+        """Wait (at most ``timeout`` s) until every row of the events so far is logged."""
+        deadline = time.monotonic() + timeout
+        done = threading.Event()
+        try:
+            self._inbox.put(done, timeout=timeout)
+        except Full:
+            return False
+        if not done.wait(max(deadline - time.monotonic(), 0.0)):
+            return False
+        return all([w.flush(deadline) for w in self.workers])
+
+    def shutdown(self) -> None:
+        from .. import config
+
+        # The pipeline waits for its exporters within what is left of the close timeout; half
+        # of it lets a hung tracker be given up on (and counted) before close returns.
+        self.close(config.CLOSE_TIMEOUT.resolve() / 2)
+
+    def close(self, timeout: float) -> None:
+        """Every run is over: owed rows, then each tracker closed, within ``timeout`` seconds."""
+        if self._closed:
+            return
+        self._closed = True
+        deadline = time.monotonic() + timeout
+        with contextlib.suppress(Full):
+            self._inbox.put(None, timeout=timeout)
+        self._thread.join(max(deadline - time.monotonic(), 0.0))
+        for worker in self.workers:  # all at once: a hung one costs only itself
+            worker.stop()
+        for worker in self.workers:
+            worker.close(deadline)
+
+    # The hub's thread.
+
+    def _fan_out(self, rows: list[Row]) -> None:
+        self.rows += len(rows)
+        for run_id, step, values in rows:
+            for worker in self.workers:
+                worker.put(("row", run_id, step, values), self._wait)
+
+    def _run(self) -> None:
+        builder = self._builder
+        while (item := self._inbox.get()) is not None:
+            try:
+                if isinstance(item, threading.Event):
+                    item.set()
+                elif item[0] == "events":
+                    self._fan_out(builder.feed(item[1]))
+                else:
+                    self._fan_out(builder.end_run(item[1]))
+                    for worker in self.workers:
+                        worker.put(("end", item[1]))
+            except Exception:  # never let the hub die: the next batch may be fine
+                _log.exception("otel-rollout: trackers: internal error")
+        try:
+            self._fan_out(builder.end_all())
+        except Exception:
+            _log.exception("otel-rollout: trackers: internal error")

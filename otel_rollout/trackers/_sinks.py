@@ -1,0 +1,189 @@
+"""Where rows go: one :class:`Sink` per tracker run, made by the tracker's own library.
+
+Each library is imported only here, only when a tracker of its kind is used;
+without it, :class:`~._spec.MissingExtra` names the extra to install.  A sink
+made by otel-rollout (from a spec) is named after the trace's ``run_id`` and
+closed with it; one around your own run object only logs into it (and flushes).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from ._spec import KINDS, MissingExtra, Spec
+
+__all__ = ["MLFLOW_BATCH", "Sink", "kind_of", "opener"]
+
+#: Most metrics in one MLflow ``log_batch`` request (the tracking server's own limit).
+MLFLOW_BATCH = 1000
+DEFAULT_EXPERIMENT = "otel-rollout"
+
+
+class Sink(Protocol):
+    def log(self, step: int, values: Mapping[str, float]) -> None: ...
+    def flush(self) -> None: ...
+    def close(self) -> None: ...
+
+
+def _import(kind: str, module: str | None = None) -> Any:
+    name, extra, _ = KINDS[kind]
+    try:
+        return importlib.import_module(module or name)
+    except ImportError as exc:
+        raise MissingExtra(
+            f"the {kind} tracker needs {name}: pip install 'otel-rollout[{extra}]' ({exc})"
+        ) from None
+
+
+class TensorBoardSink:
+    """Scalars into a ``SummaryWriter`` (tensorboardX's, or ``torch.utils.tensorboard``'s)."""
+
+    def __init__(self, writer: Any, own: bool) -> None:
+        self.writer, self.own = writer, own
+        self._summary: Any = None
+        if own:  # one event a step, not one per value: 16 add_scalar calls took 1.5 ms a step
+            self._summary = _import("tensorboard", "tensorboardX.proto.summary_pb2").Summary
+            self._file = writer._get_file_writer()
+
+    @classmethod
+    def make(cls, spec: Spec, run_id: str) -> TensorBoardSink:
+        tbx = _import("tensorboard")
+        assert spec.target is not None
+        logdir = Path(spec.target).expanduser() / run_id
+        return cls(tbx.SummaryWriter(logdir=str(logdir), flush_secs=1), own=True)
+
+    def log(self, step: int, values: Mapping[str, float]) -> None:
+        summary = self._summary
+        if summary is not None:
+            value = summary.Value
+            self._file.add_summary(
+                summary(value=[value(tag=k, simple_value=v) for k, v in values.items()]), step
+            )
+            return
+        add = self.writer.add_scalar  # yours, as you have it (a subclass, torch's)
+        for name, v in values.items():
+            add(name, v, step)
+
+    def flush(self) -> None:
+        self.writer.flush()
+
+    def close(self) -> None:
+        (self.writer.close if self.own else self.writer.flush)()
+
+
+class MlflowSink:
+    """Metrics into an MLflow run, a ``log_batch`` per flush (not a request per value)."""
+
+    def __init__(self, client: Any, run_id: str, own: bool) -> None:
+        self.client, self.run_id, self.own = client, run_id, own
+        self._metric = _import("mlflow", "mlflow.entities").Metric
+        self._pending: list[Any] = []
+
+    @classmethod
+    def make(cls, spec: Spec, run_id: str) -> MlflowSink:
+        client = _import("mlflow", "mlflow.tracking").MlflowClient(tracking_uri=spec.target)
+        name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_EXPERIMENT
+        experiment = client.get_experiment_by_name(name)
+        if experiment is not None:
+            experiment_id = experiment.experiment_id
+        else:
+            try:
+                experiment_id = client.create_experiment(name)
+            except Exception:  # made meanwhile by another process
+                experiment_id = client.get_experiment_by_name(name).experiment_id
+        tags = {"otel_rollout.run_id": run_id}
+        run = client.create_run(experiment_id, run_name=run_id, tags=tags)
+        return cls(client, run.info.run_id, own=True)
+
+    def log(self, step: int, values: Mapping[str, float]) -> None:
+        ms = int(time.time() * 1000)
+        metric = self._metric
+        self._pending += [metric(name, value, ms, step) for name, value in values.items()]
+
+    def flush(self) -> None:
+        pending, self._pending = self._pending, []
+        for i in range(0, len(pending), MLFLOW_BATCH):
+            self.client.log_batch(self.run_id, metrics=pending[i : i + MLFLOW_BATCH])
+
+    def close(self) -> None:
+        self.flush()
+        if self.own:
+            self.client.set_terminated(self.run_id)
+
+
+class WandbSink:
+    """History rows into a W&B run, against ``rollout/step`` (``restore/*`` too)."""
+
+    def __init__(self, run: Any, own: bool) -> None:
+        self.run, self.own = run, own
+        run.define_metric("rollout/step", hidden=True)
+        run.define_metric("rollout/*", step_metric="rollout/step")
+        run.define_metric("restore/*", step_metric="rollout/step")
+
+    @classmethod
+    def make(cls, spec: Spec, run_id: str) -> WandbSink:
+        wandb = _import("wandb")
+        project = spec.target or os.environ.get("WANDB_PROJECT") or DEFAULT_EXPERIMENT
+        settings = wandb.Settings(silent=True, console="off", x_disable_stats=True)
+        run = wandb.init(project=project, name=run_id, reinit="create_new", settings=settings)
+        return cls(run, own=True)
+
+    def log(self, step: int, values: Mapping[str, float]) -> None:
+        row = {**values, "rollout/step": step}
+        if self.own:  # our run: the step is its own; yours keeps its own step counter
+            self.run.log(row, step=step)
+        else:
+            self.run.log(row)
+
+    def flush(self) -> None:
+        pass  # wandb sends on its own process
+
+    def close(self) -> None:
+        if self.own:
+            self.run.finish()
+
+
+def kind_of(target: Any) -> str:
+    """Which tracker a spec or a run object of yours is (``TypeError`` if none)."""
+    if isinstance(target, Spec):
+        return target.kind
+    module = type(target).__module__ or ""
+    if hasattr(target, "add_scalar"):
+        return "tensorboard"
+    if module.startswith("mlflow") and hasattr(getattr(target, "info", None), "run_id"):
+        return "mlflow"
+    if module.startswith("wandb") and hasattr(target, "log") and hasattr(target, "define_metric"):
+        return "wandb"
+    raise TypeError(
+        f"trackers: {type(target).__name__} is no tracker spec or run (pass 'tensorboard:DIR', "
+        "'mlflow[:URI]', 'wandb', a SummaryWriter, an MLflow run or a wandb run)"
+    )
+
+
+_MAKERS: dict[str, Callable[[Spec, str], Sink]] = {
+    "tensorboard": TensorBoardSink.make,
+    "mlflow": MlflowSink.make,
+    "wandb": WandbSink.make,
+}
+
+
+def opener(target: Any) -> Callable[[str], Sink]:
+    """``open(run_id)`` → the sink for that run: a new tracker run for a spec, or the one
+    sink around your own run object whatever the run_id (it follows one process)."""
+    if isinstance(target, Spec):
+        make = _MAKERS[target.kind]
+        return lambda run_id: make(target, run_id)
+    kind = kind_of(target)
+    if kind == "tensorboard":
+        sink: Sink = TensorBoardSink(target, own=False)
+    elif kind == "mlflow":
+        client = _import("mlflow", "mlflow.tracking").MlflowClient()
+        sink = MlflowSink(client, target.info.run_id, own=False)
+    else:
+        sink = WandbSink(target, own=False)
+    return lambda run_id: sink

@@ -1,0 +1,76 @@
+"""Tracker specs: the one parser for ``OTEL_ROLLOUT_TRACKERS``, ``configure(trackers=…)``,
+``RolloutTrace(trackers=…)`` and ``otel-rollout log-to``.  Imports nothing of the package."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+__all__ = ["KINDS", "MissingExtra", "Spec", "TrackerSpecError", "missing_extra", "parse_specs"]
+
+#: Each tracker: the module it imports, the extra that installs it, what follows the colon.
+KINDS: dict[str, tuple[str, str, str]] = {
+    "tensorboard": ("tensorboardX", "tensorboard", "DIR (required): event files go in DIR/RUN_ID"),
+    "mlflow": ("mlflow", "mlflow", "TRACKING_URI (optional; default: MLflow's own)"),
+    "wandb": ("wandb", "wandb", "PROJECT (optional; default: WANDB_PROJECT, else otel-rollout)"),
+}
+
+
+class TrackerSpecError(ValueError):
+    """A tracker spec that names no known tracker, or lacks what it needs."""
+
+
+class MissingExtra(ImportError):
+    """A tracker whose library is not installed: the message says which extra to install."""
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One tracker to log into: ``kind`` and its target (a directory, a URI, a project)."""
+
+    kind: str
+    target: str | None = None
+
+    def __str__(self) -> str:
+        return self.kind if self.target is None else f"{self.kind}:{self.target}"
+
+
+def _one(text: str) -> Spec:
+    kind, _, rest = text.strip().partition(":")
+    kind = kind.strip().lower()
+    if kind == "tb":
+        kind = "tensorboard"
+    if kind not in KINDS:
+        known = ", ".join(f"{k}:{KINDS[k][2].split(' ', 1)[0]}" for k in KINDS)
+        raise TrackerSpecError(f"unknown tracker {text.strip()!r} (known: {known})")
+    target = rest.strip() or None
+    if kind == "tensorboard" and target is None:
+        raise TrackerSpecError("tensorboard needs a directory: tensorboard:DIR")
+    return Spec(kind, target)
+
+
+def parse_specs(value: str | Iterable[str]) -> tuple[Spec, ...]:
+    """``"tensorboard:/tmp/tb,mlflow,wandb"`` (or a list of such items) as specs, in order.
+
+    A URI's own colons are kept (``mlflow:sqlite:////tmp/m.db``); only the first colon
+    parts a kind from its target.  An unknown kind raises :class:`TrackerSpecError`.
+    """
+    items = value.split(",") if isinstance(value, str) else list(value)
+    specs: list[Spec] = []
+    for item in items:
+        if not isinstance(item, str):
+            raise TrackerSpecError(f"a tracker spec is text, got {type(item).__name__}")
+        if item.strip():
+            spec = _one(item)
+            if spec not in specs:
+                specs.append(spec)
+    return tuple(specs)
+
+
+def missing_extra(kind: str) -> str | None:
+    """The one-line message for a tracker whose library is not installed, else None."""
+    module, extra, _ = KINDS[kind]
+    if importlib.util.find_spec(module) is not None:
+        return None
+    return f"the {kind} tracker needs {module}: pip install 'otel-rollout[{extra}]'"

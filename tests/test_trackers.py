@@ -1,0 +1,271 @@
+"""Experiment trackers: what TensorBoard, MLflow and W&B hold equals the file's batch age and
+cost, live through kill -9 and resume, backfilled by log-to, and never at the log's expense."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from _tracker_readers import mlflow_runs, mlflow_series, tensorboard_runs, wandb_runs
+from conftest import clean_env
+
+from otel_rollout import config, otel
+from otel_rollout.batch_age import batch_age_by_step, step_ages
+from otel_rollout.reader import read_events
+from otel_rollout.trace import RolloutTrace
+from otel_rollout.trackers import RESTORE_METRICS, STEP_METRICS, TrackerSpecError, parse_specs
+from otel_rollout.trackers._rows import SHARE_NAMES
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = (sys.executable, "-m", "otel_rollout")
+
+
+def tracker_env(tmp: Path, specs: str) -> dict[str, str]:
+    """The environment of a run logging into ``specs``, with every tracker's files in ``tmp``."""
+    return clean_env(
+        OTEL_ROLLOUT_TRACKERS=specs,
+        WANDB_MODE="offline",
+        WANDB_DIR=str(tmp),
+        WANDB_SILENT="true",
+        MLFLOW_EXPERIMENT_NAME="otel-rollout",
+    )
+
+
+def wait_for_sidecar(log: Path, timeout: float = 60) -> None:
+    """Until the export sidecar following ``log`` has finished (its last words are logged)."""
+    sidecar_log = log.with_name(log.name + ".sidecar.log")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if sidecar_log.exists() and "otel-rollout: done:" in sidecar_log.read_text():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the sidecar did not finish:\n{sidecar_log.read_text()}")
+
+
+def cost_boundaries(log: Path) -> list[dict]:
+    """``otel-rollout cost --json``'s boundaries, from the command itself."""
+    out = subprocess.run(
+        [sys.executable, "-m", "otel_rollout", "cost", "--json", "--full-ids", str(log)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return json.loads(out)["boundaries"]
+
+
+def assert_equals_file(runs: dict, log: Path, *, float32: bool = False) -> None:
+    """Every surviving step of the file is in its run's tracker run, at its step number,
+    with the file's batch age and token-age shares (exact, or as a 32-bit float)."""
+    close = (lambda a, b: a == pytest.approx(b, rel=1e-6)) if float32 else (lambda a, b: a == b)
+    rows = step_ages(read_events(log))
+    assert rows
+    by_step = {r.step: r.batch_age for r in rows if r.batch_age is not None}
+    assert by_step == batch_age_by_step(read_events(log))  # the rows are what it reports
+    for row in rows:
+        series = runs[row.run_id]
+        assert close(series["rollout/tokens_trained"][row.step], row.tokens)
+        if row.batch_age is not None:
+            assert close(series["rollout/batch_age"][row.step], row.batch_age), row
+            for age, name in SHARE_NAMES.items():
+                assert close(series[name][row.step], row.share(age))
+
+
+def assert_restores_equal_cost(runs: dict, log: Path) -> None:
+    """Each restore's row holds what ``cost`` reports for that boundary."""
+    boundaries = cost_boundaries(log)
+    assert boundaries
+    logged = {name for series in runs.values() for name in series}
+    assert logged <= {*STEP_METRICS, *RESTORE_METRICS, "rollout/step"}  # the README's tables
+    for b in boundaries:
+        series = runs[b["new_run"]]
+        for key in ("downtime_s", "steps_retrained", "tokens_at_risk", "resumed", "redispatched",
+                    "attempts_in_flight", "tokens_recovered", "tokens_regenerated"):  # fmt: skip
+            points = series[f"restore/{key}"]
+            assert 1 <= len(points) <= 2  # when it caught up; again at its end if changed
+            assert points[max(points)] == pytest.approx(b[key], rel=1e-6), key
+        restored = series["restore/restored_step"]
+        assert restored[max(restored)] == b["restored_checkpoint"]["step"]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Path:
+    """The SIGKILL demo (two kills, two resumes) with all three trackers on, from the sidecar."""
+    tmp = tmp_path_factory.mktemp("trackers")
+    specs = f"tensorboard:{tmp / 'tb'},mlflow:sqlite:///{tmp / 'mlflow.db'},wandb"
+    subprocess.run(
+        [*CLI, "demo", "--log-dir", str(tmp / "run"), "--speed", "3"],
+        env=tracker_env(tmp, specs),
+        cwd=tmp,
+        check=True,
+        capture_output=True,
+        timeout=240,
+    )
+    wait_for_sidecar(tmp / "run" / "rollout_trace.jsonl")
+    return tmp
+
+
+def test_live_tensorboard_equals_the_file(demo: Path) -> None:
+    """After two kills and resumes, TensorBoard has one run per trace run, equal to the file."""
+    log = demo / "run" / "rollout_trace.jsonl"
+    runs = tensorboard_runs(demo / "tb")
+    assert len(runs) == 3
+    assert_equals_file(runs, log, float32=True)
+    assert_restores_equal_cost(runs, log)
+
+
+def test_live_mlflow_equals_the_file(demo: Path) -> None:
+    """MLflow's runs (named after each run_id) hold the file's batch age exactly, and cost's."""
+    log = demo / "run" / "rollout_trace.jsonl"
+    runs = mlflow_runs(f"sqlite:///{demo / 'mlflow.db'}")
+    assert len(runs) == 3
+    assert_equals_file(runs, log)
+    assert_restores_equal_cost(runs, log)
+
+
+def test_live_wandb_equals_the_file(demo: Path) -> None:
+    """W&B's offline runs, decoded with wandb's own records, hold the file's values exactly."""
+    log = demo / "run" / "rollout_trace.jsonl"
+    runs = wandb_runs(demo / "wandb")
+    assert len(runs) == 3
+    assert_equals_file(runs, log)
+    assert_restores_equal_cost(runs, log)
+
+
+def test_log_to_backfills_the_same_values(demo: Path, tmp_path: Path) -> None:
+    """``log-to`` on the demo's file logs what the live sidecar logged."""
+    log = demo / "run" / "rollout_trace.jsonl"
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    done = subprocess.run(
+        [*CLI, "log-to", f"tensorboard:{tmp_path / 'tb'},mlflow:{uri}", str(log)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=tracker_env(tmp_path, ""),
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "3 runs" in done.stderr and "Traceback" not in done.stderr
+    backfilled = mlflow_runs(uri)
+    assert_equals_file(backfilled, log)
+    assert_restores_equal_cost(backfilled, log)
+    live = mlflow_runs(f"sqlite:///{demo / 'mlflow.db'}")
+    assert backfilled.keys() == live.keys()
+    for run_id, series in live.items():
+        assert backfilled[run_id]["rollout/batch_age"] == series["rollout/batch_age"]
+    assert_equals_file(tensorboard_runs(tmp_path / "tb"), log, float32=True)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["log-to", "neptune", "x.jsonl"], "unknown tracker 'neptune'"),
+        (["log-to", "tensorboard", "x.jsonl"], "tensorboard needs a directory"),
+        (["log-to", "mlflow", "missing.jsonl"], "missing.jsonl"),
+    ],
+)
+def test_log_to_bad_input_is_one_line(cli, args, words, tmp_path) -> None:
+    """A bad spec or a missing file: one line on stderr, exit 2, no traceback."""
+    done = cli(*args)
+    assert done.returncode == 2
+    assert words in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_log_to_missing_extra_names_it(monkeypatch, capsys, tmp_path) -> None:
+    """Without the tracker's library, log-to says which extra to install, in one line."""
+    from otel_rollout import cli
+    from otel_rollout.trackers import _spec
+
+    monkeypatch.setitem(_spec.KINDS, "wandb", ("no_such_wandb_module", "wandb", ""))
+    assert cli.run(["log-to", "wandb", str(tmp_path / "x.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'otel-rollout[wandb]'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_specs_parse_in_one_place(monkeypatch) -> None:
+    """The variable, configure() and the keyword read specs with the one parser."""
+    specs = parse_specs("tensorboard:/tmp/a, mlflow:sqlite:////tmp/m.db ,wandb,tb:/tmp/a")
+    assert [str(s) for s in specs] == ["tensorboard:/tmp/a", "mlflow:sqlite:////tmp/m.db", "wandb"]
+    with pytest.raises(TrackerSpecError, match="unknown tracker"):
+        parse_specs("comet")
+    monkeypatch.setenv("OTEL_ROLLOUT_TRACKERS", "wandb,mlflow")
+    assert config.TRACKERS.resolve() == ("wandb", "mlflow")
+    assert otel.settings().trackers == ("wandb", "mlflow")
+    monkeypatch.setenv("OTEL_ROLLOUT_TRACKERS", "comet")  # a typo in a job script: logged, off
+    assert otel.settings().trackers == ()
+    try:
+        otel.configure(trackers="tensorboard:/tmp/x")
+        assert otel.settings().trackers == ("tensorboard:/tmp/x",)
+        otel.configure(trackers=None)  # None leaves it
+        assert otel.settings().trackers == ("tensorboard:/tmp/x",)
+        with pytest.raises(ValueError, match="unknown tracker"):
+            otel.configure(trackers="comet")
+    finally:
+        otel.reset()
+
+
+def emit_steps(trace: RolloutTrace, steps: int, first: int = 0) -> None:
+    """A reserve, a seal and a step per step number, with tokens of two versions."""
+    for s in range(first, first + steps):
+        gid = f"g{s}"
+        trace.emit("group.reserve", group_id=gid, prompt_id=s, size=1, weight_version=s)
+        trace.emit("group.seal", group_id=gid, prompt_id=s, tokens=30 + s,
+                   tokens_by_version={str(s): 10, str(s + 1): 20 + s})  # fmt: skip
+        trace.emit("train.step", step=s, trained_version=s + 2, group_ids=[gid])
+
+
+def test_your_own_run_objects_are_logged_from_the_pipeline(tmp_path, monkeypatch) -> None:
+    """A SummaryWriter, an active MLflow run and a wandb run of yours get the file's values."""
+    import mlflow
+    import wandb
+    from tensorboardX import SummaryWriter
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("OTEL_ROLLOUT_SIDECAR_LINGER", "0")
+    writer = SummaryWriter(str(tmp_path / "tb" / "mine"))
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'm.db'}")
+    wb = wandb.init(mode="offline", dir=str(tmp_path), name="mine", reinit="create_new")
+    try:
+        with mlflow.start_run() as active:
+            trace = RolloutTrace(tmp_path / "log.jsonl", trackers=[writer, active, wb])
+            emit_steps(trace, 12)
+            trace.close()
+            stats = trace.stats
+        log = tmp_path / "log.jsonl"
+        assert stats.other["tracker_rows_logged"] == 3 * 12
+        assert stats.other["tracker_errors"] == 0
+        file_rows = step_ages(read_events(log))
+        assert all(r.run_id == trace.run_id for r in file_rows)
+        mine = {trace.run_id: mlflow_series(mlflow.MlflowClient(), active.info.run_id)}
+        assert_equals_file(mine, log)
+        writer.flush()
+        assert_equals_file({trace.run_id: tensorboard_runs(tmp_path / "tb")["mine"]}, log,
+                           float32=True)  # fmt: skip
+    finally:
+        wb.finish()
+        mlflow.set_tracking_uri(None)
+    assert_equals_file({trace.run_id: wandb_runs(tmp_path / "wandb")["mine"]}, log)
+
+
+def test_specs_in_process_mode_log_from_the_pipeline(tmp_path) -> None:
+    """With export in-process, a spec is logged from the trace's own pipeline, no sidecar."""
+    from otel_rollout.trackers import TrackerHub
+
+    log = tmp_path / "log.jsonl"
+    trace = RolloutTrace(log, trackers=f"tensorboard:{tmp_path / 'tb'}", export_mode="inprocess")
+    assert trace._sidecar is None
+    assert any(isinstance(e, TrackerHub) for e in trace.exporters)
+    emit_steps(trace, 20)
+    trace.close()
+    assert trace.stats.other["tracker_rows_logged"] == 20
+    assert_equals_file(tensorboard_runs(tmp_path / "tb"), log, float32=True)
+
+
+def test_nothing_lands_in_the_repository(demo: Path) -> None:
+    """Tracker output went where it was pointed, not into the working tree (run last)."""
+    for name in ("mlruns", "wandb", "mlflow.db"):
+        assert not (ROOT / name).exists(), name

@@ -1,0 +1,102 @@
+"""A tracker that hangs or fails costs only itself: the log is written on time, the other
+trackers get every row, close is bounded, and what was lost is counted."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from _tracker_readers import tensorboard_runs
+from conftest import clean_env
+from tensorboardX import SummaryWriter
+from test_trackers import assert_equals_file, emit_steps, wait_for_sidecar
+
+from otel_rollout.testing import BlackHole
+from otel_rollout.trace import RolloutTrace
+
+STEPS = 1500  # past a worker's queue of 1024 rows, so the hung one drops some
+
+
+class HungWriter(SummaryWriter):
+    """A real writer whose every call waits, like a tracker behind a dead mount."""
+
+    def __init__(self, logdir: str, release: threading.Event) -> None:
+        super().__init__(logdir)
+        self.release = release
+
+    def add_scalar(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self.release.wait()
+
+
+class FailingWriter(SummaryWriter):
+    """A real writer whose every call fails, like a tracker whose disk is gone."""
+
+    def add_scalar(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        raise OSError("No space left on device")
+
+
+def lines(path: Path) -> int:
+    return path.read_bytes().count(b"\n")
+
+
+def test_hung_and_failing_trackers_cost_only_themselves(tmp_path, monkeypatch) -> None:
+    """In the pipeline: the file and a good tracker get everything; close is bounded."""
+    monkeypatch.setenv("OTEL_ROLLOUT_CLOSE_TIMEOUT", "2")
+    release = threading.Event()
+    hung = HungWriter(str(tmp_path / "hung"), release)
+    failing = FailingWriter(str(tmp_path / "failing"))
+    good = SummaryWriter(str(tmp_path / "tb" / "good"))
+    log = tmp_path / "log.jsonl"
+    try:
+        trace = RolloutTrace(log, trackers=[hung, failing, good])
+        deadline = time.monotonic() + 60
+        for done in range(100, STEPS + 1, 100):  # paced as a run's steps are, not in one burst
+            emit_steps(trace, 100, first=done - 100)
+            trace.flush()
+            assert lines(log) == 1 + 3 * done  # written while one tracker hangs
+            while trace.stats.other.get("tracker_rows_logged", 0) < done:
+                assert time.monotonic() < deadline, trace.stats.other
+                time.sleep(0.02)
+        started = time.monotonic()
+        trace.close()
+        assert time.monotonic() - started < 2 + 3  # the close timeout, and some slack
+        counts = trace.stats.other
+        assert counts["tracker_rows_logged"] == STEPS  # the good one's; the others' are lost
+        assert counts["tracker_errors"] == STEPS  # every row of the failing one, counted
+        assert counts["trackers_hung"] == 1
+        assert counts["tracker_rows_dropped"] >= STEPS - 1024 - 1  # past the hung one's queue
+        good.flush()
+        assert_equals_file({trace.run_id: tensorboard_runs(tmp_path / "tb")["good"]}, log,
+                           float32=True)  # fmt: skip
+    finally:
+        release.set()
+
+
+def test_a_hung_tracker_in_the_sidecar_delays_nothing(tmp_path, monkeypatch) -> None:
+    """An MLflow server that never answers: the log, TensorBoard and close go on without it."""
+    hole = BlackHole()
+    env = clean_env(
+        OTEL_ROLLOUT_TRACKERS=f"mlflow:{hole.endpoint},tensorboard:{tmp_path / 'tb'}",
+        OTEL_ROLLOUT_CLOSE_TIMEOUT="3",
+        OTEL_ROLLOUT_SIDECAR_LINGER="0",
+        MLFLOW_HTTP_REQUEST_TIMEOUT="600",
+    )
+    for name in [k for k in list(__import__("os").environ) if k.startswith("OTEL_")]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    log = tmp_path / "log.jsonl"
+    trace = RolloutTrace(log)
+    emit_steps(trace, 50)
+    trace.flush()
+    assert lines(log) == 1 + 3 * 50
+    started = time.monotonic()
+    trace.close()
+    assert time.monotonic() - started < 3 + 3
+    assert trace.stats.other["tracker_rows_logged"] == 50  # TensorBoard's, as the sidecar said
+    wait_for_sidecar(log)
+    assert hole.connections >= 1  # the MLflow client did try, and was left waiting
+    assert_equals_file(tensorboard_runs(tmp_path / "tb"), log, float32=True)
+    words = log.with_name(log.name + ".sidecar.log").read_text()
+    assert "tracker mlflow" in words and "did not finish" in words

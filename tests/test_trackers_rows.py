@@ -1,0 +1,96 @@
+"""The rows the trackers log, against a naive model: batch age as the file gives it, counts
+as one counts the events, over random runs killed and resumed from their checkpoints."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from otel_rollout.batch_age import step_ages
+from otel_rollout.testing import TraceBuilder
+from otel_rollout.trackers import RowBuilder
+from otel_rollout.trackers._rows import SHARE_NAMES
+
+_OUTCOMES = {"attempt.seal": "sealed", "attempt.refuse": "refused", "attempt.abandon": "abandoned"}
+
+
+@st.composite
+def resumed_runs(draw):
+    """Runs that train steps, checkpoint now and then, and are killed; each next run restores
+    the last checkpoint and trains again from there, with groups its predecessor sealed or
+    trained after that checkpoint (a snapshot kept them) and groups of its own."""
+    b = TraceBuilder("run-0")
+    step, checkpoint, version, g = 0, -1, 0, 0
+    trained_after: dict[int, list[str]] = {}  # step → the groups it trained, since the checkpoint
+    untrained: list[str] = []
+    for run in range(draw(st.integers(1, 3))):
+        if run:
+            b.new_run(f"run-{run}")
+            b.event("checkpoint.restore", step=max(checkpoint, 0), weight_version=checkpoint + 1)
+            step, version = checkpoint + 1, checkpoint + 1
+            kept = [gid for s in sorted(trained_after) for gid in trained_after[s]]
+            untrained = kept + untrained
+            trained_after = {}
+        for _ in range(draw(st.integers(1, 6))):
+            for _ in range(draw(st.integers(0, 3))):
+                outcome = draw(st.sampled_from(sorted(_OUTCOMES)))
+                ids = {"attempt_id": f"a{g}", "group_id": "x", "prompt_id": 0,
+                       "generation_index": 0}  # fmt: skip
+                extra = {"tokens": 5} if outcome == "attempt.seal" else {"reason": "stale"}
+                b.event(outcome, **ids, **extra)
+            for _ in range(draw(st.integers(0, 3))):
+                counts = draw(st.dictionaries(st.integers(max(version - 3, 0), version),
+                                              st.integers(1, 50), max_size=3))  # fmt: skip
+                gid = f"g{g}"
+                g += 1
+                b.sealed_group(gid, counts or None)
+                untrained.append(gid)
+            if draw(st.booleans()):
+                b.event("weights.sync", replaced_version=version, new_version=version + 1,
+                        cuts=[["c", 1]] * draw(st.integers(0, 2)))  # fmt: skip
+            take = draw(st.integers(0, len(untrained)))
+            groups, untrained = untrained[:take], untrained[take:]
+            b.step(step, version + 1, groups)
+            trained_after[step] = groups
+            step, version = step + 1, version + 1
+            if draw(st.integers(0, 3)) == 0:
+                b.event("checkpoint.publish", step=step - 1, weight_version=version)
+                checkpoint, trained_after = step - 1, {}
+    return b.events
+
+
+@settings(max_examples=150)
+@given(events=resumed_runs(), cut=st.integers(1, 40))
+def test_rows_equal_the_file_and_the_counts(events, cut) -> None:
+    """Fed in batches of any size, every surviving step's row has the file's batch age and
+    shares exactly, and each count equals the events of its run so far."""
+    builder = RowBuilder(None)
+    rows = []
+    for i in range(0, len(events), cut):
+        rows += builder.feed(events[i : i + cut])
+    rows += builder.end_all()
+    by_key = {(run_id, step): values for run_id, step, values in rows}
+    assert len(by_key) == len(rows)  # one row per step a run trained (no restore rows here)
+    for row in step_ages(events):
+        values = by_key[(row.run_id, row.step)]
+        assert values["rollout/tokens_trained"] == row.tokens
+        assert values.get("rollout/batch_age") == row.batch_age
+        if row.tokens:
+            for age, name in SHARE_NAMES.items():
+                assert values[name] == row.share(age)
+    seen: Counter[tuple[str, str]] = Counter()  # the naive model: count as the events go by
+    for e in events:
+        if e["event"] in _OUTCOMES:
+            seen[(e["run_id"], f"rollout/attempts_{_OUTCOMES[e['event']]}")] += 1
+        elif e["event"] == "group.seal":
+            seen[(e["run_id"], "rollout/groups_sealed")] += 1
+        elif e["event"] == "weights.sync":
+            seen[(e["run_id"], "rollout/refits")] += 1
+            seen[(e["run_id"], "rollout/refit_paused_calls")] += len(e["cuts"])
+        elif e["event"] == "train.step":
+            values = by_key[(e["run_id"], e["step"])]
+            for (run_id, name), n in seen.items():
+                if run_id == e["run_id"]:
+                    assert values[name] == n, name
