@@ -105,3 +105,25 @@ def wandb_runs(wandb_dir: Path) -> dict[str, Series]:
         assert name is not None, f"{path} has no run record"
         runs[name] = series
     return runs
+
+
+def wandb_history(wandb_dir: Path, name: str) -> list[dict[str, object]]:
+    """The history rows (every key, ``_step`` too) of the offline run named ``name``."""
+    from wandb.proto import wandb_internal_pb2
+
+    for path in sorted(wandb_dir.rglob("offline-run-*/*.wandb")):
+        rows, found = [], None
+        for raw in _records(path):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(raw)
+            kind = record.WhichOneof("record_type")
+            if kind == "run":
+                found = record.run.display_name
+            elif kind == "history":
+                rows.append({
+                    item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                    for item in record.history.item
+                })  # fmt: skip
+        if found == name:
+            return rows
+    raise AssertionError(f"no offline run {name} under {wandb_dir}")

@@ -10,7 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
-from _tracker_readers import mlflow_runs, mlflow_series, tensorboard_runs, wandb_runs
+from _tracker_readers import (
+    mlflow_runs,
+    mlflow_series,
+    tensorboard_runs,
+    wandb_history,
+    wandb_runs,
+)
 from conftest import clean_env
 
 from otel_rollout import config, otel
@@ -248,6 +254,33 @@ def test_your_own_run_objects_are_logged_from_the_pipeline(tmp_path, monkeypatch
     finally:
         wb.finish()
         mlflow.set_tracking_uri(None)
+    assert_equals_file({trace.run_id: wandb_runs(tmp_path / "wandb")["mine"]}, log)
+
+
+def test_your_wandb_run_keeps_its_own_step(tmp_path, monkeypatch) -> None:
+    """Your own metric, logged at your own step after that step's tracker row, is read back
+    at every step: the rows leave your run's step counter alone, and none of them is lost."""
+    import wandb
+
+    from otel_rollout.trackers import TrackerHub
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("OTEL_ROLLOUT_SIDECAR_LINGER", "0")
+    wb = wandb.init(mode="offline", dir=str(tmp_path), name="mine", reinit="create_new")
+    log = tmp_path / "log.jsonl"
+    try:
+        trace = RolloutTrace(log, trackers=[wb])
+        [hub] = [e for e in trace.exporters if isinstance(e, TrackerHub)]
+        for s in range(8):
+            emit_steps(trace, 1, first=s)
+            assert trace.flush() and hub.flush(30)
+            wb.log({"loss": float(s)}, step=s)
+        trace.close()
+        assert trace.stats.other["tracker_rows_logged"] == 8
+    finally:
+        wb.finish()
+    rows = wandb_history(tmp_path / "wandb", "mine")
+    assert {r["_step"]: r["loss"] for r in rows if "loss" in r} == {s: s for s in range(8)}
     assert_equals_file({trace.run_id: wandb_runs(tmp_path / "wandb")["mine"]}, log)
 
 

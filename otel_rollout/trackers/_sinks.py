@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -117,10 +118,19 @@ class MlflowSink:
 
 
 class WandbSink:
-    """History rows into a W&B run, against ``rollout/step`` (``restore/*`` too)."""
+    """History rows into a W&B run, against ``rollout/step`` (``restore/*`` too).
+
+    Your own run keeps its step counter: a row is added to the step you are logging
+    (``commit=False``), one row a step, as your next ``log`` commits it.  A row that
+    comes while the one before still waits for your commit waits its turn here (two
+    in one step would overwrite each other); any left at the trace's close are
+    committed then.
+    """
 
     def __init__(self, run: Any, own: bool) -> None:
         self.run, self.own = run, own
+        self._waiting: deque[dict[str, float]] = deque()
+        self._held_at: int | None = None  # the run's step our last row was added to
         run.define_metric("rollout/step", hidden=True)
         run.define_metric("rollout/*", step_metric="rollout/step")
         run.define_metric("restore/*", step_metric="rollout/step")
@@ -135,17 +145,34 @@ class WandbSink:
 
     def log(self, step: int, values: Mapping[str, float]) -> None:
         row = {**values, "rollout/step": step}
-        if self.own:  # our run: the step is its own; yours keeps its own step counter
+        if self.own:  # our run: the step is its own
             self.run.log(row, step=step)
         else:
-            self.run.log(row)
+            self._waiting.append(row)
+            self._add()
+
+    def _add(self) -> None:
+        """Add the oldest waiting row to your run's current step, if none of ours is there."""
+        if self._waiting:
+            now = self.run.step
+            if now != self._held_at:
+                self.run.log(self._waiting.popleft(), commit=False)
+                self._held_at = now
 
     def flush(self) -> None:
-        pass  # wandb sends on its own process
+        if not self.own:
+            self._add()  # wandb sends on its own process
 
     def close(self) -> None:
         if self.own:
             self.run.finish()
+            return
+        self._add()
+        if self._waiting:  # the trace is over: commit the rest (your step moves past them)
+            if self.run.step == self._held_at:
+                self.run.log({}, commit=True)  # our row of this step, before the next
+            while self._waiting:
+                self.run.log(self._waiting.popleft())
 
 
 def kind_of(target: Any) -> str:
