@@ -129,7 +129,7 @@ class _Pending:
 
 #: Kinds that change no row: passed over at the cost of one set lookup.
 _PASSED = frozenset({"attempt.dispatch", "attempt.resume", "group.reserve", "group.admit",
-                     "checkpoint.publish", "run.start"})  # fmt: skip
+                     "run.start"})  # fmt: skip
 
 
 class RowBuilder:
