@@ -100,3 +100,27 @@ def test_a_hung_tracker_in_the_sidecar_delays_nothing(tmp_path, monkeypatch) -> 
     assert_equals_file(tensorboard_runs(tmp_path / "tb"), log, float32=True)
     words = log.with_name(log.name + ".sidecar.log").read_text()
     assert "tracker mlflow" in words and "did not finish" in words
+
+
+def test_a_failed_mlflow_batch_counts_its_rows_dropped_and_the_run_still_ends(tmp_path) -> None:
+    """Rows MLflow refused count as dropped, not logged; the run is set FINISHED all the same."""
+    from mlflow.tracking import MlflowClient
+
+    from otel_rollout.trackers._hub import Worker
+    from otel_rollout.trackers._sinks import MlflowSink, Spec
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    sink = MlflowSink.make(Spec("mlflow", uri), "r")
+    worker = Worker("mlflow", lambda run_id: sink)
+    for s in range(3):
+        worker.put(("row", "r", s, {"rollout/batch_age": float(s)}), wait=True)
+    assert worker.flush(time.monotonic() + 60)
+    assert (worker.logged, worker.dropped) == (3, 0)  # counted once MLflow took them
+    worker.put(("row", "r", 3, {"rollout/batch_age": 3.0}), wait=True)
+    worker.put(("row", "r", 4, {"no*such?name": 4.0}), wait=True)  # MLflow refuses the batch
+    worker.close(time.monotonic() + 60)
+    assert (worker.logged, worker.dropped, worker.failed, worker.hung) == (3, 2, 1, False)
+    client = MlflowClient(tracking_uri=uri)
+    assert client.get_run(sink.run_id).info.status == "FINISHED"
+    history = client.get_metric_history(sink.run_id, "rollout/batch_age")
+    assert sorted(m.step for m in history) == [0, 1, 2]

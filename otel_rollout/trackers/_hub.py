@@ -143,20 +143,34 @@ class Worker:
             sink = self._sink(run_id)
             if sink is None:
                 self.dropped += 1  # its tracker run could not be made (logged, counted once)
-            elif self._call(lambda: sink.log(step, values)):
-                self.logged += 1
+            elif self._call(lambda: sink.log(step, values)) and not hasattr(sink, "waiting"):
+                self.logged += 1  # a sink that batches (MLflow) counts at its flush
         elif item[0] == "end":
             self._end(item[1])
 
     def _end(self, run_id: str) -> None:
         sink = self._sinks.pop(run_id, None)
         if sink is not None:
+            self._flush(sink)
             self._call(sink.close)
+
+    def _flush(self, sink: Sink) -> None:
+        """Flush ``sink``; a sink that batches rows counts them now: logged if sent, else
+        dropped (a failed request is not retried)."""
+        waiting = getattr(sink, "waiting", None)
+        if waiting is None:
+            self._call(sink.flush)
+            return
+        sent = sink.sent  # type: ignore[attr-defined]
+        self._call(sink.flush)
+        done = sink.sent - sent  # type: ignore[attr-defined]
+        self.logged += done
+        self.dropped += waiting - done
 
     def _flush_all(self) -> None:
         for sink in self._sinks.values():
             if sink is not None:
-                self._call(sink.flush)
+                self._flush(sink)
 
 
 class TrackerHub:

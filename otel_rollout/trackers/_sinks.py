@@ -78,12 +78,22 @@ class TensorBoardSink:
 
 
 class MlflowSink:
-    """Metrics into an MLflow run, a ``log_batch`` per flush (not a request per value)."""
+    """Metrics into an MLflow run, a ``log_batch`` per flush (not a request per value).
+
+    Rows wait here until the flush: :attr:`waiting` of them, and :attr:`sent` so
+    far, so that a row counts as logged only once MLflow took it, and rows of a
+    failed request count as dropped.
+    """
 
     def __init__(self, client: Any, run_id: str, own: bool) -> None:
         self.client, self.run_id, self.own = client, run_id, own
         self._metric = _import("mlflow", "mlflow.entities").Metric
-        self._pending: list[Any] = []
+        self._pending: list[list[Any]] = []  # each row's metrics
+        self.sent = 0
+
+    @property
+    def waiting(self) -> int:
+        return len(self._pending)
 
     @classmethod
     def make(cls, spec: Spec, run_id: str) -> MlflowSink:
@@ -104,17 +114,31 @@ class MlflowSink:
     def log(self, step: int, values: Mapping[str, float]) -> None:
         ms = int(time.time() * 1000)
         metric = self._metric
-        self._pending += [metric(name, value, ms, step) for name, value in values.items()]
+        self._pending.append([metric(name, value, ms, step) for name, value in values.items()])
 
     def flush(self) -> None:
+        """Send every waiting row, whole rows to a request; a failed request's rows and
+        those after it are not retried (the caller counts them as dropped)."""
         pending, self._pending = self._pending, []
-        for i in range(0, len(pending), MLFLOW_BATCH):
-            self.client.log_batch(self.run_id, metrics=pending[i : i + MLFLOW_BATCH])
+        batch: list[Any] = []
+        rows = 0
+        for metrics in pending:
+            if batch and len(batch) + len(metrics) > MLFLOW_BATCH:
+                self.client.log_batch(self.run_id, metrics=batch)
+                self.sent += rows
+                batch, rows = [], 0
+            batch += metrics
+            rows += 1
+        if batch:
+            self.client.log_batch(self.run_id, metrics=batch)
+            self.sent += rows
 
     def close(self) -> None:
-        self.flush()
-        if self.own:
-            self.client.set_terminated(self.run_id)
+        try:
+            self.flush()
+        finally:  # a run left RUNNING would look alive in MLflow's UI for ever
+            if self.own:
+                self.client.set_terminated(self.run_id)
 
 
 class WandbSink:
