@@ -83,10 +83,13 @@ class Worker:
         self._thread.join(max(deadline - time.monotonic(), 0.0))
         if self._thread.is_alive():
             self.hung = True
-            left = self._queue.qsize()
+            with self._queue.mutex:  # rows only: not the wake-up or a flush's event
+                left = sum(isinstance(i, tuple) and i[0] == "row" for i in self._queue.queue)
+            # and rows a batching sink (MLflow) holds for its next request
+            left += sum(getattr(sink, "waiting", 0) for sink in list(self._sinks.values()))
             self.dropped += left
             _log.warning(
-                "otel-rollout: tracker %s did not finish in time; %d items left unlogged",
+                "otel-rollout: tracker %s did not finish in time; %d rows left unlogged",
                 self.name,
                 left,
             )
@@ -244,10 +247,17 @@ class TrackerHub:
         if self._closed:
             return
         self._closed = True
-        deadline = time.monotonic() + timeout
+        now = time.monotonic()
+        deadline = now + timeout
+        # The hub's thread (owed restore rows: a pass of cost's) gets half; the rest is kept
+        # for the workers to log, flush and end their tracker runs, so a busy hub does not
+        # leave healthy trackers reported hung.
+        built = now + timeout / 2
         with contextlib.suppress(Full):
-            self._inbox.put(None, timeout=timeout)
-        self._thread.join(max(deadline - time.monotonic(), 0.0))
+            self._inbox.put(None, timeout=timeout / 2)
+        self._thread.join(max(built - time.monotonic(), 0.0))
+        if self._thread.is_alive():
+            _log.warning("otel-rollout: trackers: the last rows were not ready in time")
         for worker in self.workers:  # all at once: a hung one costs only itself
             worker.stop()
         for worker in self.workers:
