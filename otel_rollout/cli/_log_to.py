@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         if problem is not None:
             raise CliError(problem)
     reader = trace_reader(args.file, validate=True)
-    hub = TrackerHub(list(specs), reader.path, backfill=True)
+    hub = TrackerHub(list(specs), reader.path, backfill=True, start=0)
     started = time.monotonic()
     events = 0
     runs: dict[str, None] = {}

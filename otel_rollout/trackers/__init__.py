@@ -59,11 +59,14 @@ def usable(specs: Iterable[str], warn: Any) -> list[Spec]:
     return kept
 
 
-def hub_for(targets: Iterable[Any], path: Path | None) -> TrackerHub | None:
-    """A hub for the usable ``targets`` (specs, as text or :class:`Spec`, and run objects)."""
+def hub_for(
+    targets: Iterable[Any], path: Path | None, start: int | None = None
+) -> TrackerHub | None:
+    """A hub for the usable ``targets`` (specs, as text or :class:`Spec`, and run objects),
+    fed the events of the log ``path`` from byte ``start`` (None: from its end now)."""
     import logging
 
     log = logging.getLogger("otel_rollout")
     specs, objects = split(targets)
     chosen: list[Any] = [*usable(specs, log.error), *objects]
-    return TrackerHub(chosen, path) if chosen else None
+    return TrackerHub(chosen, path, start=start) if chosen else None

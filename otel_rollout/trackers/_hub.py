@@ -180,11 +180,17 @@ class TrackerHub:
     """Every tracker of one trace (or of one log, in the sidecar), as one exporter.
 
     ``targets`` are :class:`~._spec.Spec` s and run objects of yours; ``path`` is
-    the log, read by ``cost`` for the restore rows.
+    the log and ``start`` the byte where the events fed begin (None: its end now):
+    the runs before it are read once, for the first restore row (see RowBuilder).
     """
 
     def __init__(
-        self, targets: Sequence[Any], path: Path | None, *, backfill: bool = False
+        self,
+        targets: Sequence[Any],
+        path: Path | None,
+        *,
+        backfill: bool = False,
+        start: int | None = None,
     ) -> None:
         self._wait = backfill  # a finished file: wait for a slow tracker rather than drop
         self.workers = [
@@ -192,7 +198,7 @@ class TrackerHub:
                    opener(t))
             for t in targets
         ]  # fmt: skip
-        self._builder = RowBuilder(path)
+        self._builder = RowBuilder(path, start)
         self._inbox: Queue[Any] = Queue(maxsize=INBOX)
         self.events_dropped = 0
         self.rows = 0
