@@ -169,3 +169,42 @@ def test_a_hung_worker_counts_only_rows_as_dropped(tmp_path) -> None:
         assert worker.hung and (worker.logged, worker.dropped) == (0, 2)  # one it hangs on
     finally:
         release.set()
+
+
+def test_after_dropped_events_a_run_logs_no_batch_age(tmp_path, monkeypatch) -> None:
+    """Events past the inbox are dropped and counted, and the run's later steps carry no batch
+    age (their seals may be among those lost) instead of a wrong one."""
+    from otel_rollout.testing import TraceBuilder
+    from otel_rollout.trackers import TrackerHub, _hub
+    from otel_rollout.trackers._rows import RowBuilder
+
+    monkeypatch.setattr(_hub, "INBOX_EVENTS", 10)
+    busy, release, feed = threading.Event(), threading.Event(), RowBuilder.feed
+
+    def slow_feed(self, events):  # type: ignore[no-untyped-def]
+        busy.set()
+        release.wait()
+        return feed(self, events)
+
+    monkeypatch.setattr(RowBuilder, "feed", slow_feed)
+    writer = SummaryWriter(str(tmp_path / "tb" / "mine"))
+    hub = TrackerHub([writer], None)
+    b = TraceBuilder("r")
+    parts = []
+    for s in range(4):
+        start = len(b.events)
+        b.sealed_group(f"g{s}", {0: 5})
+        b.step(s, 1, [f"g{s}"])
+        parts.append(b.events[start:])
+    hub.export(b.events[:1] + parts[0])
+    assert busy.wait(30)  # the hub's thread holds the first batch
+    hub.export(parts[1])  # queued: 4 events
+    hub.export(parts[2] * 2)  # 8 more: past the inbox, dropped
+    release.set()
+    hub.export(parts[3])
+    hub.close(30)
+    counts = hub.counts()
+    assert counts["tracker_events_dropped"] == 8
+    assert counts["tracker_steps_without_age"] == 1 and counts["tracker_rows_logged"] == 3
+    ages = tensorboard_runs(tmp_path / "tb")["mine"]["rollout/batch_age"]
+    assert ages == {0: 1.0, 1: 1.0}  # step 3 logged without it; step 2 never reached

@@ -31,8 +31,10 @@ _log = logging.getLogger("otel_rollout")
 #: Rows a tracker may have waiting before new ones are dropped (and counted): ~10 minutes of
 #: a run training a step a second, with a restore row or two.
 WORKER_QUEUE = 1024
-#: Event batches waiting for the hub's thread before new ones are dropped (and counted).
-INBOX = 4096
+#: Events waiting for the hub's thread before new batches are dropped (and counted): counted
+#: in events, not batches, as a batch may hold one event or thousands.  ~1 minute of a run
+#: logging 4,000 events a second.
+INBOX_EVENTS = 262_144
 #: Seconds between flushes of a tracker (an MLflow log_batch, a TensorBoard file flush).
 FLUSH_INTERVAL = 1.0
 
@@ -199,7 +201,9 @@ class TrackerHub:
             for t in targets
         ]  # fmt: skip
         self._builder = RowBuilder(path, start)
-        self._inbox: Queue[Any] = Queue(maxsize=INBOX)
+        self._inbox: Queue[Any] = Queue()  # bounded by INBOX_EVENTS, counted in export
+        self._queued = 0  # events in the inbox
+        self._lock = threading.Lock()
         self.events_dropped = 0
         self.rows = 0
         self._closed = False
@@ -209,10 +213,16 @@ class TrackerHub:
     # The exporter protocol.
 
     def export(self, events: Sequence[dict[str, Any]]) -> int:
-        try:
-            self._inbox.put(("events", events), block=self._wait)
-        except Full:
-            self.events_dropped += len(events)
+        n = len(events)
+        if not self._wait:
+            with self._lock:
+                if self._queued + n > INBOX_EVENTS and self._queued:
+                    self.events_dropped += n
+                    runs = {e.get("run_id") for e in events if isinstance(e, dict)}
+                    self._inbox.put(("gap", runs))  # their batch age is not known any more
+                    return 0
+                self._queued += n
+        self._inbox.put(("events", events))
         return 0
 
     def end_run(self, run_id: str) -> None:
@@ -226,6 +236,7 @@ class TrackerHub:
             "tracker_rows_dropped": sum(w.dropped for w in self.workers),
             "tracker_errors": sum(w.failed for w in self.workers),
             "tracker_events_dropped": self.events_dropped,
+            "tracker_steps_without_age": self._builder.withheld,
             "trackers_hung": sum(w.hung for w in self.workers),
         }
 
@@ -284,7 +295,12 @@ class TrackerHub:
                 if isinstance(item, threading.Event):
                     item.set()
                 elif item[0] == "events":
+                    if not self._wait:
+                        with self._lock:
+                            self._queued -= len(item[1])
                     self._fan_out(builder.feed(item[1]))
+                elif item[0] == "gap":
+                    builder.lost_events(item[1])
                 else:
                     self._fan_out(builder.end_run(item[1]))
                     for worker in self.workers:

@@ -113,6 +113,9 @@ def step_values(row: StepAge, counts: dict[str, float]) -> dict[str, float]:
     return values
 
 
+#: What a step's row leaves out once events of its run were dropped.
+_AGE_METRICS = frozenset({"rollout/batch_age", "rollout/tokens_trained", *SHARE_NAMES.values()})
+
 _COUNTS_NAMES = (*_COUNTED.values(), "rollout/refits", "rollout/refit_paused_calls",
                  "rollout/trace_dropped")  # fmt: skip
 
@@ -123,6 +126,7 @@ class _Run:
     last_step: int | None = None
     restore: _Pending | None = None
     logged: dict[str, float] | None = None  # the restore row logged when it caught up
+    blind: bool = False  # events of the run were dropped: its batch age is not known
 
 
 @dataclass
@@ -151,6 +155,8 @@ class RowBuilder:
     def __init__(self, path: Path | None = None, start: int | None = 0) -> None:
         self._live = LiveBatchAge()
         self._runs: dict[str, _Run] = {}
+        #: Steps logged without batch age and restore rows withheld, after dropped events.
+        self.withheld = 0
         self._cost = CostAnalysis()
         self._engine = Engine([self._cost], _quiet, in_memory=True)
         self._prime: tuple[Path, int] | None = None
@@ -208,7 +214,11 @@ class RowBuilder:
                 step = live.observe(event)
                 if step is not None:
                     run.last_step = step.step
-                    rows.append((run_id, step.step, step_values(step, dict(run.counts))))
+                    values = step_values(step, dict(run.counts))
+                    if run.blind:  # seals it needs may have been dropped: no wrong value
+                        self.withheld += 1
+                        values = {k: v for k, v in values.items() if k not in _AGE_METRICS}
+                    rows.append((run_id, step.step, values))
                     pending = run.restore
                     due = pending.due_step if pending is not None else None
                     if pending is not None and (due is None or step.step >= due):
@@ -223,6 +233,15 @@ class RowBuilder:
             except (LookupError, TypeError, ValueError):
                 continue  # a field missing or mistyped: it changes no row (validate says why)
         return rows
+
+    def lost_events(self, run_ids: Iterable[Any]) -> None:
+        """Events of ``run_ids`` were dropped: from now on their steps carry no batch age
+        (nor token shares), and no restore row is logged for them (cost missed events)."""
+        for run_id in run_ids:
+            if isinstance(run_id, str):
+                run = self._run(run_id)
+                run.blind = True
+                run.restore = run.logged = None
 
     def end_run(self, run_id: str) -> list[Row]:
         """A run is over: its restore row, if still owed, or changed since it was logged (the
@@ -244,6 +263,9 @@ class RowBuilder:
     # Restores.
 
     def _restored(self, run_id: str, step: Any) -> None:
+        if self._runs[run_id].blind:
+            self.withheld += 1
+            return
         boundary = self._boundary(run_id)
         if boundary is None:
             return  # the file's first run: restored from elsewhere, no stop in this log
