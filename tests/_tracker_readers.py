@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 Series = dict[str, dict[int, float]]  # metric → step → value
 
@@ -53,6 +55,24 @@ def mlflow_series(client: object, run_id: str) -> Series:
     }
 
 
+def _wandb_records(path: Path) -> list[Any]:
+    """A run file's records, once it holds its run record: wandb-core may still be writing
+    it when ``finish()`` returns (seen on a loaded machine), so wait for it, up to 60 s."""
+    from wandb.proto import wandb_internal_pb2
+
+    deadline = time.monotonic() + 60
+    while True:
+        records = []
+        for raw in _records(path):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(raw)
+            records.append(record)
+        if any(r.WhichOneof("record_type") == "run" for r in records):
+            return records
+        assert time.monotonic() < deadline, f"{path} has no run record"
+        time.sleep(0.1)
+
+
 def _records(path: Path) -> Iterator[bytes]:
     data = path.read_bytes()
     ident, magic, _version = struct.unpack("<4sHB", data[:7])
@@ -82,14 +102,11 @@ def _records(path: Path) -> Iterator[bytes]:
 
 def wandb_runs(wandb_dir: Path) -> dict[str, Series]:
     """Every offline run under ``wandb_dir``, by display name: values by ``rollout/step``."""
-    from wandb.proto import wandb_internal_pb2
 
     runs: dict[str, Series] = {}
     for path in sorted(wandb_dir.rglob("offline-run-*/*.wandb")):
         name, series = None, {}
-        for raw in _records(path):
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(raw)
+        for record in _wandb_records(path):
             kind = record.WhichOneof("record_type")
             if kind == "run":
                 name = record.run.display_name
@@ -109,13 +126,10 @@ def wandb_runs(wandb_dir: Path) -> dict[str, Series]:
 
 def wandb_history(wandb_dir: Path, name: str) -> list[dict[str, object]]:
     """The history rows (every key, ``_step`` too) of the offline run named ``name``."""
-    from wandb.proto import wandb_internal_pb2
 
     for path in sorted(wandb_dir.rglob("offline-run-*/*.wandb")):
         rows, found = [], None
-        for raw in _records(path):
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(raw)
+        for record in _wandb_records(path):
             kind = record.WhichOneof("record_type")
             if kind == "run":
                 found = record.run.display_name

@@ -81,6 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     status("ready" + "".join(f"; {problem}" for problem in sidecar.problems))
     sidecar.run()
     t = sidecar.telemetry
+    if t.trackers is not None:  # final: the counts a trace's close got were as of then
+        counts = t.trackers.counts()
+        logging.getLogger("otel_rollout").info(
+            "otel-rollout: trackers: %s", ", ".join(f"{k} {v}" for k, v in counts.items())
+        )
     logging.getLogger("otel_rollout").info(
         "otel-rollout: done: %d events, %d spans made, %d sent, %d not accepted",
         t.events,
