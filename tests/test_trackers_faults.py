@@ -218,3 +218,30 @@ def test_after_dropped_events_a_run_logs_no_batch_age(tmp_path, monkeypatch) -> 
     assert counts["tracker_steps_without_age"] == 1 and counts["tracker_rows_logged"] == 3
     ages = tensorboard_runs(tmp_path / "tb")["mine"]["rollout/batch_age"]
     assert ages == {0: 1.0, 1: 1.0}  # step 3 logged without it; step 2 never reached
+
+
+def test_a_backfill_into_a_hung_tracker_gives_up_after_its_timeout(tmp_path, monkeypatch) -> None:
+    """log-to's waits for room are bounded by its timeout: a hung tracker costs the rows and
+    events it could not take (counted), never a reader stuck for ever."""
+    from otel_rollout.testing import TraceBuilder
+    from otel_rollout.trackers import TrackerHub, _hub
+
+    monkeypatch.setattr(_hub, "INBOX_EVENTS", 8)
+    monkeypatch.setattr(_hub, "WORKER_QUEUE", 2)
+    release = threading.Event()
+    hub = TrackerHub([HungWriter(str(tmp_path / "hung"), release)], None, backfill=True, wait=0.2)
+    b = TraceBuilder("r")
+    for s in range(12):
+        b.sealed_group(f"g{s}", {0: 5})
+        b.step(s, 1, [f"g{s}"])
+    reader = threading.Thread(target=lambda: [hub.export(b.events[i : i + 4])
+                                              for i in range(0, len(b.events), 4)])  # fmt: skip
+    try:
+        reader.start()
+        reader.join(60)
+        assert not reader.is_alive()
+        hub.close(1)
+        counts = hub.counts()
+        assert counts["tracker_rows_dropped"] > 0 and counts["trackers_hung"] == 1
+    finally:
+        release.set()

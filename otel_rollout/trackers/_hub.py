@@ -54,11 +54,11 @@ class Worker:
         self._thread = threading.Thread(target=self._run, name=f"otel-rollout-{name}", daemon=True)
         self._thread.start()
 
-    def put(self, item: Any, wait: bool = False) -> None:
+    def put(self, item: Any, wait: float = 0.0) -> None:
         """Queue a row, or a run's end.  Live, never waits: a full queue drops the row
-        (counted); a backfill (``wait``) waits for room instead."""
+        (counted); a backfill waits for room instead, up to ``wait`` seconds."""
         try:
-            self._queue.put(item, block=wait)
+            self._queue.put(item, timeout=wait) if wait > 0 else self._queue.put_nowait(item)
         except Full:
             if item[0] == "row":
                 self.dropped += 1
@@ -192,9 +192,11 @@ class TrackerHub:
         path: Path | None,
         *,
         backfill: bool = False,
+        wait: float = 120.0,
         start: int | None = None,
     ) -> None:
-        self._wait = backfill  # a finished file: wait for a slow tracker rather than drop
+        # A finished file: wait for a slow tracker rather than drop, up to ``wait`` seconds a put
+        self._wait = wait if backfill else 0.0
         self.workers = [
             Worker(f"{kind_of(t)}{':' + str(t.target) if getattr(t, 'target', None) else ''}",
                    opener(t))
@@ -203,7 +205,7 @@ class TrackerHub:
         self._builder = RowBuilder(path, start)
         self._inbox: Queue[Any] = Queue()  # bounded by INBOX_EVENTS, counted in export
         self._queued = 0  # events in the inbox
-        self._lock = threading.Lock()
+        self._room = threading.Condition()
         self.events_dropped = 0
         self.rows = 0
         self._closed = False
@@ -214,14 +216,14 @@ class TrackerHub:
 
     def export(self, events: Sequence[dict[str, Any]]) -> int:
         n = len(events)
-        if not self._wait:
-            with self._lock:
-                if self._queued + n > INBOX_EVENTS and self._queued:
-                    self.events_dropped += n
-                    runs = {e.get("run_id") for e in events if isinstance(e, dict)}
-                    self._inbox.put(("gap", runs))  # their batch age is not known any more
-                    return 0
-                self._queued += n
+        with self._room:
+            fits = lambda: not self._queued or self._queued + n <= INBOX_EVENTS  # noqa: E731
+            if not (fits() or (self._wait and self._room.wait_for(fits, self._wait))):
+                self.events_dropped += n
+                runs = {e.get("run_id") for e in events if isinstance(e, dict)}
+                self._inbox.put(("gap", runs))  # their batch age is not known any more
+                return 0
+            self._queued += n
         self._inbox.put(("events", events))
         return 0
 
@@ -295,9 +297,9 @@ class TrackerHub:
                 if isinstance(item, threading.Event):
                     item.set()
                 elif item[0] == "events":
-                    if not self._wait:
-                        with self._lock:
-                            self._queued -= len(item[1])
+                    with self._room:
+                        self._queued -= len(item[1])
+                        self._room.notify_all()
                     self._fan_out(builder.feed(item[1]))
                 elif item[0] == "gap":
                     builder.lost_events(item[1])
