@@ -302,3 +302,17 @@ def test_nothing_lands_in_the_repository(demo: Path) -> None:
     """Tracker output went where it was pointed, not into the working tree (run last)."""
     for name in ("mlruns", "wandb", "mlflow.db"):
         assert not (ROOT / name).exists(), name
+
+
+def test_parsing_specs_imports_only_the_parser() -> None:
+    """config parses OTEL_ROLLOUT_TRACKERS with the spec parser alone: the hub, which imports
+    config, stays unimported (no import cycle)."""
+    code = (
+        "import sys, otel_rollout.config as c; c.TRACKERS.resolve(); "
+        "print(sorted(m for m in sys.modules if m.startswith('otel_rollout.trackers')))"
+    )
+    env = clean_env(OTEL_ROLLOUT_TRACKERS="wandb,mlflow")
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    ).stdout
+    assert out.strip() == "['otel_rollout.trackers', 'otel_rollout.trackers._spec']"

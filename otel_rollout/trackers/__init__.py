@@ -17,11 +17,28 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ._hub import TrackerHub, Worker
-from ._rows import RESTORE_METRICS, STEP_METRICS, RowBuilder
+# Only the spec parser is imported with the package: ``config`` parses OTEL_ROLLOUT_TRACKERS
+# with it, and the hub imports ``config`` (a cycle, were the hub imported here too).
 from ._spec import KINDS, MissingExtra, Spec, TrackerSpecError, missing_extra, parse_specs
+
+if TYPE_CHECKING:
+    from ._hub import TrackerHub, Worker
+    from ._rows import RESTORE_METRICS, STEP_METRICS, RowBuilder
+
+_LAZY = {"TrackerHub": "_hub", "Worker": "_hub", "RESTORE_METRICS": "_rows",
+         "STEP_METRICS": "_rows", "RowBuilder": "_rows"}  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    """The hub's names, imported when first asked for."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
 
 __all__ = [
     "KINDS",
@@ -65,6 +82,8 @@ def hub_for(
     """A hub for the usable ``targets`` (specs, as text or :class:`Spec`, and run objects),
     fed the events of the log ``path`` from byte ``start`` (None: from its end now)."""
     import logging
+
+    from ._hub import TrackerHub
 
     log = logging.getLogger("otel_rollout")
     specs, objects = split(targets)
