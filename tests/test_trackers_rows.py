@@ -125,3 +125,12 @@ def test_a_restore_row_needs_the_log_read_once(tmp_path) -> None:
     [boundary] = analyze(b.events).boundaries
     assert restores and restores[-1][1] == restore_values(boundary)
     assert restores[0][0] == 3  # due when the old run's last step was trained again
+
+
+def test_an_event_whose_kind_is_no_string_changes_no_row() -> None:
+    """A kind that is a list (unhashable) is passed over: the batch's other rows still come."""
+    b = TraceBuilder("r")
+    b.sealed_group("g", {0: 5})
+    b.step(0, 1, ["g"])
+    events = [{"t": 1.0, "run_id": "r", "event": ["group.seal"]}, *b.events]
+    assert [(run_id, step) for run_id, step, _ in RowBuilder().feed(events)] == [("r", 0)]

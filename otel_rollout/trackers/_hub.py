@@ -207,6 +207,7 @@ class TrackerHub:
         self._queued = 0  # events in the inbox
         self._room = threading.Condition()
         self.events_dropped = 0
+        self.internal_errors = 0
         self.rows = 0
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="otel-rollout-trackers", daemon=True)
@@ -236,7 +237,7 @@ class TrackerHub:
         return {
             "tracker_rows_logged": sum(w.logged for w in self.workers),
             "tracker_rows_dropped": sum(w.dropped for w in self.workers),
-            "tracker_errors": sum(w.failed for w in self.workers),
+            "tracker_errors": sum(w.failed for w in self.workers) + self.internal_errors,
             "tracker_events_dropped": self.events_dropped,
             "tracker_steps_without_age": self._builder.withheld,
             "trackers_hung": sum(w.hung for w in self.workers),
@@ -284,6 +285,12 @@ class TrackerHub:
 
     # The hub's thread.
 
+    def _internal_error(self) -> None:
+        """A batch the hub could not handle: its traceback logged once, every one counted."""
+        self.internal_errors += 1
+        if self.internal_errors == 1:
+            _log.exception("otel-rollout: trackers: internal error (logged once, counted)")
+
     def _fan_out(self, rows: list[Row]) -> None:
         self.rows += len(rows)
         for run_id, step, values in rows:
@@ -308,8 +315,8 @@ class TrackerHub:
                     for worker in self.workers:
                         worker.put(("end", item[1]))
             except Exception:  # never let the hub die: the next batch may be fine
-                _log.exception("otel-rollout: trackers: internal error")
+                self._internal_error()
         try:
             self._fan_out(builder.end_all())
         except Exception:
-            _log.exception("otel-rollout: trackers: internal error")
+            self._internal_error()

@@ -201,7 +201,7 @@ class RowBuilder:
         passed, counted, live = _PASSED, _COUNTED, self._live
         for event in events:
             kind = event.get("event")
-            if kind in passed or kind.__class__ is not str:
+            if kind.__class__ is not str or kind in passed:  # a list is no kind (nor hashable)
                 continue
             run_id = event.get("run_id")
             if run_id.__class__ is not str:
