@@ -316,3 +316,19 @@ def test_parsing_specs_imports_only_the_parser() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
     ).stdout
     assert out.strip() == "['otel_rollout.trackers', 'otel_rollout.trackers._spec']"
+
+
+def test_a_run_object_that_is_no_tracker_costs_only_itself(tmp_path, caplog) -> None:
+    """Beside something that is no tracker's run, a SummaryWriter still gets every row."""
+    from tensorboardX import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path / "tb" / "mine"))
+    log = tmp_path / "log.jsonl"
+    trace = RolloutTrace(log, trackers=[object(), writer], export_mode="inprocess")
+    emit_steps(trace, 5)
+    trace.close()
+    assert trace.stats.other["tracker_rows_logged"] == 5
+    assert "object is no tracker spec or run" in caplog.text
+    writer.flush()
+    assert_equals_file({trace.run_id: tensorboard_runs(tmp_path / "tb")["mine"]}, log,
+                       float32=True)  # fmt: skip

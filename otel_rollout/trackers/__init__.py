@@ -86,6 +86,15 @@ def hub_for(
     from ._hub import TrackerHub
 
     log = logging.getLogger("otel_rollout")
+    from ._sinks import kind_of
+
     specs, objects = split(targets)
-    chosen: list[Any] = [*usable(specs, log.error), *objects]
+    chosen: list[Any] = usable(specs, log.error)
+    for target in objects:  # one that is no tracker's run costs only itself
+        try:
+            kind_of(target)
+        except TypeError as exc:
+            log.error("otel-rollout: %s; it is off", exc)
+        else:
+            chosen.append(target)
     return TrackerHub(chosen, path, start=start) if chosen else None

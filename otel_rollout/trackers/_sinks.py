@@ -230,11 +230,17 @@ def opener(target: Any) -> Callable[[str], Sink]:
         make = _MAKERS[target.kind]
         return lambda run_id: make(target, run_id)
     kind = kind_of(target)
-    if kind == "tensorboard":
-        sink: Sink = TensorBoardSink(target, own=False)
-    elif kind == "mlflow":
-        client = _import("mlflow", "mlflow.tracking").MlflowClient()
-        sink = MlflowSink(client, target.info.run_id, own=False)
-    else:
-        sink = WandbSink(target, own=False)
-    return lambda run_id: sink
+    made: list[Sink] = []
+
+    def one(run_id: str) -> Sink:  # made on the tracker's own thread, once: a slow
+        if not made:  # MlflowClient() or define_metric never holds the caller
+            if kind == "tensorboard":
+                made.append(TensorBoardSink(target, own=False))
+            elif kind == "mlflow":
+                client = _import("mlflow", "mlflow.tracking").MlflowClient()
+                made.append(MlflowSink(client, target.info.run_id, own=False))
+            else:
+                made.append(WandbSink(target, own=False))
+        return made[0]
+
+    return one
