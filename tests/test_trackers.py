@@ -332,3 +332,21 @@ def test_a_run_object_that_is_no_tracker_costs_only_itself(tmp_path, caplog) -> 
     writer.flush()
     assert_equals_file({trace.run_id: tensorboard_runs(tmp_path / "tb")["mine"]}, log,
                        float32=True)  # fmt: skip
+
+
+def test_in_process_wandb_without_a_login_is_refused_in_one_line(tmp_path, monkeypatch, caplog):
+    """In the training process, wandb with no key, no login and no offline mode is turned off
+    with one line (never a login prompt on the trainer's terminal); the others go on."""
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_BASE_URL", "NETRC"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
+    monkeypatch.chdir(tmp_path)
+    log = tmp_path / "log.jsonl"
+    specs = f"wandb,tensorboard:{tmp_path / 'tb'}"
+    trace = RolloutTrace(log, trackers=specs, export_mode="inprocess")
+    emit_steps(trace, 3)
+    trace.close()
+    assert trace.stats.other["tracker_rows_logged"] == 3  # TensorBoard's
+    lines = [r.getMessage() for r in caplog.records if "wandb" in r.getMessage()]
+    assert len(lines) == 1 and "WANDB_API_KEY" in lines[0]
+    assert not (tmp_path / "wandb").exists()

@@ -21,7 +21,15 @@ from typing import TYPE_CHECKING, Any
 
 # Only the spec parser is imported with the package: ``config`` parses OTEL_ROLLOUT_TRACKERS
 # with it, and the hub imports ``config`` (a cycle, were the hub imported here too).
-from ._spec import KINDS, MissingExtra, Spec, TrackerSpecError, missing_extra, parse_specs
+from ._spec import (
+    KINDS,
+    MissingExtra,
+    Spec,
+    TrackerSpecError,
+    missing_extra,
+    parse_specs,
+    wandb_login_missing,
+)
 
 if TYPE_CHECKING:
     from ._hub import TrackerHub, Worker
@@ -55,6 +63,7 @@ __all__ = [
     "parse_specs",
     "split",
     "usable",
+    "wandb_login_missing",
 ]
 
 
