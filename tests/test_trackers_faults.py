@@ -12,6 +12,7 @@ from conftest import clean_env
 from tensorboardX import SummaryWriter
 from test_trackers import assert_equals_file, emit_steps, wait_for_sidecar
 
+from otel_rollout.exporters import COUNTS
 from otel_rollout.testing import BlackHole
 from otel_rollout.trace import RolloutTrace
 
@@ -214,6 +215,7 @@ def test_after_dropped_events_a_run_logs_no_batch_age(tmp_path, monkeypatch) -> 
     hub.export(parts[3])
     hub.close(30)
     counts = hub.counts()
+    assert set(counts) <= set(COUNTS)  # every name it reports is documented
     assert counts["tracker_events_dropped"] == 8
     assert counts["tracker_steps_without_age"] == 1 and counts["tracker_rows_logged"] == 3
     ages = tensorboard_runs(tmp_path / "tb")["mine"]["rollout/batch_age"]
