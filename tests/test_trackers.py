@@ -350,3 +350,11 @@ def test_in_process_wandb_without_a_login_is_refused_in_one_line(tmp_path, monke
     lines = [r.getMessage() for r in caplog.records if "wandb" in r.getMessage()]
     assert len(lines) == 1 and "WANDB_API_KEY" in lines[0]
     assert not (tmp_path / "wandb").exists()
+
+
+def test_a_relative_tensorboard_dir_is_the_trainers(tmp_path, monkeypatch) -> None:
+    """tensorboard:runs/tb means runs/tb where it is parsed (the trainer), not in the
+    sidecar's working directory: the spec leaves the trainer absolute."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OTEL_ROLLOUT_TRACKERS", "tensorboard:runs/tb")
+    assert config.TRACKERS.resolve() == (f"tensorboard:{tmp_path / 'runs' / 'tb'}",)

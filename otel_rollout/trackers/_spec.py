@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -46,8 +47,11 @@ def _one(text: str) -> Spec:
         known = ", ".join(f"{k}:{KINDS[k][2].split(' ', 1)[0]}" for k in KINDS)
         raise TrackerSpecError(f"unknown tracker {text.strip()!r} (known: {known})")
     target = rest.strip() or None
-    if kind == "tensorboard" and target is None:
-        raise TrackerSpecError("tensorboard needs a directory: tensorboard:DIR")
+    if kind == "tensorboard":
+        if target is None:
+            raise TrackerSpecError("tensorboard needs a directory: tensorboard:DIR")
+        # Absolute where it is parsed (the trainer's cwd), not where the sidecar runs
+        target = os.path.abspath(os.path.expanduser(target))
     return Spec(kind, target)
 
 
@@ -82,8 +86,6 @@ def wandb_login_missing() -> str | None:
     ``wandb login`` entry in ~/.netrc, mode neither offline nor disabled), else None.
 
     In the training process wandb's prompt would take the trainer's terminal."""
-    import os
-
     mode = os.environ.get("WANDB_MODE", "").strip().lower()
     if mode in ("offline", "disabled", "dryrun") or os.environ.get("WANDB_API_KEY"):
         return None
