@@ -56,20 +56,25 @@ def mlflow_series(client: object, run_id: str) -> Series:
 
 
 def _wandb_records(path: Path) -> list[Any]:
-    """A run file's records, once it holds its run record: wandb-core may still be writing
-    it when ``finish()`` returns (seen on a loaded machine), so wait for it, up to 60 s."""
+    """A finished run file's records, once it ends with its exit record: wandb-core may
+    still be writing it when ``finish()`` returns (seen on a loaded machine: no run record
+    yet, or a record cut short), so wait for it, up to 60 s."""
+    from google.protobuf.message import DecodeError
     from wandb.proto import wandb_internal_pb2
 
     deadline = time.monotonic() + 60
     while True:
         records = []
-        for raw in _records(path):
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(raw)
-            records.append(record)
-        if any(r.WhichOneof("record_type") == "run" for r in records):
+        try:
+            for raw in _records(path):
+                record = wandb_internal_pb2.Record()
+                record.ParseFromString(raw)
+                records.append(record)
+        except (DecodeError, struct.error):
+            records = []  # a record still being written
+        if records and records[-1].WhichOneof("record_type") == "exit":
             return records
-        assert time.monotonic() < deadline, f"{path} has no run record"
+        assert time.monotonic() < deadline, f"{path} has no exit record"
         time.sleep(0.1)
 
 
