@@ -15,6 +15,7 @@ is ``with_otel.mixed_events``: a train.step every 77 events, so 130 steps/s at
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -22,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -97,14 +98,67 @@ def _rows_logged(tmp: Path) -> int:
     return steps
 
 
+@contextlib.contextmanager
+def environ(**values: str) -> Iterator[None]:
+    """``os.environ`` with ``values`` for the block only."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def per_step(rows: int = 500) -> dict[str, float]:
+    """CPU time a step's row costs each tracker (ms; MLflow's queueing and its log_batch
+    apart) and building the rows (µs an event), from the mixed events' first ``rows`` steps.
+    W&B's figure is this process's only: its wandb-core process works besides."""
+    from otel_rollout.trackers import RowBuilder
+    from otel_rollout.trackers._sinks import MlflowSink, Spec, TensorBoardSink, WandbSink
+
+    events = [{"t": 1.0 + i, "run_id": "bench", "event": kind, **fields}
+              for i, (kind, fields) in enumerate(with_otel.mixed_events(rows * 77))]  # fmt: skip
+    builder = RowBuilder()
+    started = time.process_time()
+    built = [r for i in range(0, len(events), 1000) for r in builder.feed(events[i : i + 1000])]
+    out = {"rows_us_an_event": (time.process_time() - started) / len(events) * 1e6}
+    built = built[:rows]
+
+    def each(sink: Any) -> float:
+        started = time.process_time()
+        for _, step, values in built:
+            sink.log(step, values)
+        return (time.process_time() - started) / len(built) * 1e3
+
+    with tempfile.TemporaryDirectory() as d, environ(
+        WANDB_MODE="offline", WANDB_DIR=d, WANDB_SILENT="true", MLFLOW_EXPERIMENT_NAME="bench"
+    ):
+        tb = TensorBoardSink.make(Spec("tensorboard", f"{d}/tb"), "bench")
+        out["tensorboard_ms_a_step"] = each(tb)
+        tb.close()
+        ml = MlflowSink.make(Spec("mlflow", f"sqlite:///{d}/m.db"), "bench")
+        out["mlflow_queue_ms_a_step"] = each(ml)
+        started = time.process_time()
+        ml.close()
+        out["mlflow_log_batch_ms_a_step"] = (time.process_time() - started) / len(built) * 1e3
+        wb = WandbSink.make(Spec("wandb"), "bench")
+        out["wandb_ms_a_step"] = each(wb)
+        wb.close()
+    return out
+
+
 def lag(seconds: float, latency: Callable[..., dict[str, tuple[float, float]]]) -> dict[str, Any]:
     """emit → line in the file, p50/p99 ms at 10,000 events/s, without and with trackers."""
     from otel_rollout.trace import RolloutTrace
 
-    with tempfile.TemporaryDirectory() as d:
+    with tempfile.TemporaryDirectory() as d, environ(
+        WANDB_MODE="offline", WANDB_DIR=d, WANDB_SILENT="true", OTEL_ROLLOUT_SIDECAR_LINGER="0"
+    ):
         tmp = Path(d)
-        os.environ.update(WANDB_MODE="offline", WANDB_DIR=d, WANDB_SILENT="true")
-        os.environ["OTEL_ROLLOUT_SIDECAR_LINGER"] = "0"
         specs = f"tensorboard:{tmp}/tb,mlflow:sqlite:///{tmp}/m.db,wandb"
 
         def with_trackers(path: Path) -> Any:
@@ -149,7 +203,14 @@ def main() -> None:
     parser.add_argument(
         "--each", nargs="*", choices=sorted(EACH), help="each tracker alone at 10,000 events/s"
     )
+    parser.add_argument(
+        "--per-step", action="store_true", help="CPU a step's row costs each tracker, in process"
+    )
     args = parser.parse_args()
+    if args.per_step:
+        for name, value in per_step().items():
+            print(f"{name}: {value:.3g}")
+        return
     seconds = 2.0 if args.quick else args.seconds
     if args.each is not None:
         chosen = args.each or sorted(EACH)

@@ -219,7 +219,7 @@ SPAN_HOLD_BYTES: Setting[int] = Setting(
 
 
 def _trackers(raw: str) -> tuple[str, ...]:
-    from .trackers._spec import parse_specs  # imports nothing of the package
+    from .trackers._spec import parse_specs  # the package's __init__ imports only _spec
 
     return tuple(str(spec) for spec in parse_specs(raw))
 

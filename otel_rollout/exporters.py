@@ -74,6 +74,15 @@ COUNTS: dict[str, str] = {
     "spans_after_shutdown": "spans exported after the exporter shut down, dropped",
     "lines_written": "lines the file took",
     "lines_lost": "lines the file could not take",
+    # The experiment trackers' (trackers.TrackerHub): summed over every tracker.
+    "tracker_rows_logged": "rows the trackers took (MLflow's: once its log_batch succeeded)",
+    "tracker_rows_dropped": "rows a tracker could not take: its queue full, its run not made, "
+    "its request failed, or left at close",
+    "tracker_errors": "tracker calls that failed, and batches the trackers' thread could not "
+    "handle",
+    "tracker_events_dropped": "events past the trackers' inbox, dropped",
+    "tracker_steps_without_age": "steps logged without batch age after events of the run dropped",
+    "trackers_hung": "trackers given up on at close",
 }
 
 

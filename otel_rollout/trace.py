@@ -289,6 +289,11 @@ def _tracker_exporters(
     """The trackers logged from here: your run objects, and specs too when export runs in
     this process (otherwise the sidecar logs them from the log)."""
     specs, objects = trackers.split(chosen.trackers)
+    if chosen.in_process and any(str(s).split(":")[0] == "wandb" for s in specs):
+        problem = trackers.wandb_login_missing()
+        if problem is not None:  # never a prompt on the trainer's terminal
+            _log.error("otel-rollout: %s; wandb is off", problem)
+            specs = tuple(s for s in specs if str(s).split(":")[0] != "wandb")
     here = [*(objects if objects_too else ()), *(specs if chosen.in_process else ())]
     if not here:
         return []

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 Series = dict[str, dict[int, float]]  # metric → step → value
 
@@ -53,6 +55,29 @@ def mlflow_series(client: object, run_id: str) -> Series:
     }
 
 
+def _wandb_records(path: Path) -> list[Any]:
+    """A finished run file's records, once it ends with its exit record: wandb-core may
+    still be writing it when ``finish()`` returns (seen on a loaded machine: no run record
+    yet, or a record cut short), so wait for it, up to 60 s."""
+    from google.protobuf.message import DecodeError
+    from wandb.proto import wandb_internal_pb2
+
+    deadline = time.monotonic() + 60
+    while True:
+        records = []
+        try:
+            for raw in _records(path):
+                record = wandb_internal_pb2.Record()
+                record.ParseFromString(raw)
+                records.append(record)
+        except (DecodeError, struct.error):
+            records = []  # a record still being written
+        if records and records[-1].WhichOneof("record_type") == "exit":
+            return records
+        assert time.monotonic() < deadline, f"{path} has no exit record"
+        time.sleep(0.1)
+
+
 def _records(path: Path) -> Iterator[bytes]:
     data = path.read_bytes()
     ident, magic, _version = struct.unpack("<4sHB", data[:7])
@@ -82,14 +107,11 @@ def _records(path: Path) -> Iterator[bytes]:
 
 def wandb_runs(wandb_dir: Path) -> dict[str, Series]:
     """Every offline run under ``wandb_dir``, by display name: values by ``rollout/step``."""
-    from wandb.proto import wandb_internal_pb2
 
     runs: dict[str, Series] = {}
     for path in sorted(wandb_dir.rglob("offline-run-*/*.wandb")):
         name, series = None, {}
-        for raw in _records(path):
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(raw)
+        for record in _wandb_records(path):
             kind = record.WhichOneof("record_type")
             if kind == "run":
                 name = record.run.display_name
@@ -105,3 +127,22 @@ def wandb_runs(wandb_dir: Path) -> dict[str, Series]:
         assert name is not None, f"{path} has no run record"
         runs[name] = series
     return runs
+
+
+def wandb_history(wandb_dir: Path, name: str) -> list[dict[str, object]]:
+    """The history rows (every key, ``_step`` too) of the offline run named ``name``."""
+
+    for path in sorted(wandb_dir.rglob("offline-run-*/*.wandb")):
+        rows, found = [], None
+        for record in _wandb_records(path):
+            kind = record.WhichOneof("record_type")
+            if kind == "run":
+                found = record.run.display_name
+            elif kind == "history":
+                rows.append({
+                    item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                    for item in record.history.item
+                })  # fmt: skip
+        if found == name:
+            return rows
+    raise AssertionError(f"no offline run {name} under {wandb_dir}")

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from otel_rollout.batch_age import (
     BATCH_AGE_TOKENS_METRIC,
     BATCH_AGE_VERSION_SUM_METRIC,
-    LiveBatchAge,
     RefitCuts,
     batch_age_by_step,
     batch_age_group_metrics,
@@ -274,43 +273,6 @@ class TestBatchAgeByStep:
         (row,) = step_ages(b.events)
         assert [row.share(a) for a in (0, 1, 2, 3)] == [0.5, 0.25, 0.0, 0.25]
         assert row.tokens == 100 and row.groups == 1
-
-
-class TestLiveBatchAge:
-    @settings(max_examples=100)
-    @given(
-        groups=st.lists(st.one_of(st.none(), _counts), min_size=1, max_size=8),
-        steps=st.lists(
-            st.tuples(st.integers(0, 40), st.lists(st.integers(0, 7), max_size=4)),
-            min_size=1,
-            max_size=8,
-        ),
-    )
-    def test_live_tracker_equals_the_offline_reader(self, groups, steps):
-        """Fed events one by one, the live tracker gives each step the offline value."""
-        b = TraceBuilder()
-        for i, counts in enumerate(groups):
-            b.sealed_group(f"g{i}", counts)
-        for number, (trained, members) in enumerate(steps):
-            b.step(number, trained, sorted({f"g{m % len(groups)}" for m in members}))
-        live = LiveBatchAge()
-        rows = [row for e in b.events if (row := live.observe(e)) is not None]
-        offline = batch_age_by_step(b.events)
-        seen_groups: set[str] = set()
-        for row, e in zip(rows, [e for e in b.events if e["event"] == "train.step"], strict=True):
-            if seen_groups.isdisjoint(e["group_ids"]):  # a group trained once, as a live run does
-                assert row.batch_age == offline.get(row.step)
-            seen_groups.update(e["group_ids"])
-
-    def test_forgets_trained_and_discarded_groups(self):
-        """A trained group no longer counts: the tracker holds only groups in flight."""
-        b = TraceBuilder()
-        b.sealed_group("g", {0: 10})
-        b.step(0, 1, ["g"])
-        b.step(1, 2, ["g"])
-        live = LiveBatchAge()
-        rows = [r for e in b.events if (r := live.observe(e)) is not None]
-        assert [r.batch_age for r in rows] == [1.0, None]
 
 
 class TestRefitCutsSnapshot:

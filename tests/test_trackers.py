@@ -10,7 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
-from _tracker_readers import mlflow_runs, mlflow_series, tensorboard_runs, wandb_runs
+from _tracker_readers import (
+    mlflow_runs,
+    mlflow_series,
+    tensorboard_runs,
+    wandb_history,
+    wandb_runs,
+)
 from conftest import clean_env
 
 from otel_rollout import config, otel
@@ -251,6 +257,33 @@ def test_your_own_run_objects_are_logged_from_the_pipeline(tmp_path, monkeypatch
     assert_equals_file({trace.run_id: wandb_runs(tmp_path / "wandb")["mine"]}, log)
 
 
+def test_your_wandb_run_keeps_its_own_step(tmp_path, monkeypatch) -> None:
+    """Your own metric, logged at your own step after that step's tracker row, is read back
+    at every step: the rows leave your run's step counter alone, and none of them is lost."""
+    import wandb
+
+    from otel_rollout.trackers import TrackerHub
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("OTEL_ROLLOUT_SIDECAR_LINGER", "0")
+    wb = wandb.init(mode="offline", dir=str(tmp_path), name="mine", reinit="create_new")
+    log = tmp_path / "log.jsonl"
+    try:
+        trace = RolloutTrace(log, trackers=[wb])
+        [hub] = [e for e in trace.exporters if isinstance(e, TrackerHub)]
+        for s in range(8):
+            emit_steps(trace, 1, first=s)
+            assert trace.flush() and hub.flush(30)
+            wb.log({"loss": float(s)}, step=s)
+        trace.close()
+        assert trace.stats.other["tracker_rows_logged"] == 8
+    finally:
+        wb.finish()
+    rows = wandb_history(tmp_path / "wandb", "mine")
+    assert {r["_step"]: r["loss"] for r in rows if "loss" in r} == {s: s for s in range(8)}
+    assert_equals_file({trace.run_id: wandb_runs(tmp_path / "wandb")["mine"]}, log)
+
+
 def test_specs_in_process_mode_log_from_the_pipeline(tmp_path) -> None:
     """With export in-process, a spec is logged from the trace's own pipeline, no sidecar."""
     from otel_rollout.trackers import TrackerHub
@@ -269,3 +302,59 @@ def test_nothing_lands_in_the_repository(demo: Path) -> None:
     """Tracker output went where it was pointed, not into the working tree (run last)."""
     for name in ("mlruns", "wandb", "mlflow.db"):
         assert not (ROOT / name).exists(), name
+
+
+def test_parsing_specs_imports_only_the_parser() -> None:
+    """config parses OTEL_ROLLOUT_TRACKERS with the spec parser alone: the hub, which imports
+    config, stays unimported (no import cycle)."""
+    code = (
+        "import sys, otel_rollout.config as c; c.TRACKERS.resolve(); "
+        "print(sorted(m for m in sys.modules if m.startswith('otel_rollout.trackers')))"
+    )
+    env = clean_env(OTEL_ROLLOUT_TRACKERS="wandb,mlflow")
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    ).stdout
+    assert out.strip() == "['otel_rollout.trackers', 'otel_rollout.trackers._spec']"
+
+
+def test_a_run_object_that_is_no_tracker_costs_only_itself(tmp_path, caplog) -> None:
+    """Beside something that is no tracker's run, a SummaryWriter still gets every row."""
+    from tensorboardX import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path / "tb" / "mine"))
+    log = tmp_path / "log.jsonl"
+    trace = RolloutTrace(log, trackers=[object(), writer], export_mode="inprocess")
+    emit_steps(trace, 5)
+    trace.close()
+    assert trace.stats.other["tracker_rows_logged"] == 5
+    assert "object is no tracker spec or run" in caplog.text
+    writer.flush()
+    assert_equals_file({trace.run_id: tensorboard_runs(tmp_path / "tb")["mine"]}, log,
+                       float32=True)  # fmt: skip
+
+
+def test_in_process_wandb_without_a_login_is_refused_in_one_line(tmp_path, monkeypatch, caplog):
+    """In the training process, wandb with no key, no login and no offline mode is turned off
+    with one line (never a login prompt on the trainer's terminal); the others go on."""
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_BASE_URL", "NETRC"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
+    monkeypatch.chdir(tmp_path)
+    log = tmp_path / "log.jsonl"
+    specs = f"wandb,tensorboard:{tmp_path / 'tb'}"
+    trace = RolloutTrace(log, trackers=specs, export_mode="inprocess")
+    emit_steps(trace, 3)
+    trace.close()
+    assert trace.stats.other["tracker_rows_logged"] == 3  # TensorBoard's
+    lines = [r.getMessage() for r in caplog.records if "wandb" in r.getMessage()]
+    assert len(lines) == 1 and "WANDB_API_KEY" in lines[0]
+    assert not (tmp_path / "wandb").exists()
+
+
+def test_a_relative_tensorboard_dir_is_the_trainers(tmp_path, monkeypatch) -> None:
+    """tensorboard:runs/tb means runs/tb where it is parsed (the trainer), not in the
+    sidecar's working directory: the spec leaves the trainer absolute."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OTEL_ROLLOUT_TRACKERS", "tensorboard:runs/tb")
+    assert config.TRACKERS.resolve() == (f"tensorboard:{tmp_path / 'runs' / 'tb'}",)

@@ -71,8 +71,9 @@ def test_rows_equal_the_file_and_the_counts(events, cut) -> None:
     for i in range(0, len(events), cut):
         rows += builder.feed(events[i : i + cut])
     rows += builder.end_all()
-    by_key = {(run_id, step): values for run_id, step, values in rows}
-    assert len(by_key) == len(rows)  # one row per step a run trained (no restore rows here)
+    steps = [r for r in rows if not any(k.startswith("restore/") for k in r[2])]
+    by_key = {(run_id, step): values for run_id, step, values in steps}
+    assert len(by_key) == len(steps)  # one row per step a run trained
     for row in step_ages(events):
         values = by_key[(row.run_id, row.step)]
         assert values["rollout/tokens_trained"] == row.tokens
@@ -94,3 +95,42 @@ def test_rows_equal_the_file_and_the_counts(events, cut) -> None:
             for (run_id, name), n in seen.items():
                 if run_id == e["run_id"]:
                     assert values[name] == n, name
+
+
+def test_a_restore_row_needs_the_log_read_once(tmp_path) -> None:
+    """A training process's builder reads the runs before its own once, at its first batch:
+    its restore rows are cost's, though the log is gone after that first read."""
+    from otel_rollout.cost import analyze
+    from otel_rollout.trackers._rows import restore_values
+
+    b = TraceBuilder("run-0")
+    for s in range(4):
+        b.sealed_group(f"g{s}", {s: 10})
+        b.step(s, s + 1, [f"g{s}"])
+        if s == 1:
+            b.event("checkpoint.publish", step=1, weight_version=2)
+    before = len(b.events)
+    log = b.write(tmp_path / "log.jsonl")
+    b.new_run("run-1")
+    b.event("checkpoint.restore", step=1, weight_version=2)
+    for s in range(2, 5):
+        b.sealed_group(f"h{s}", {s: 10})
+        b.step(s, s + 1, [f"h{s}"])
+    builder = RowBuilder(log, None)  # made before run-1's first event was written
+    mine = b.events[before:]
+    rows = builder.feed(mine[:1])
+    log.unlink()
+    rows += builder.feed(mine[1:]) + builder.end_all()
+    restores = [(step, v) for run_id, step, v in rows if "restore/downtime_s" in v]
+    [boundary] = analyze(b.events).boundaries
+    assert restores and restores[-1][1] == restore_values(boundary)
+    assert restores[0][0] == 3  # due when the old run's last step was trained again
+
+
+def test_an_event_whose_kind_is_no_string_changes_no_row() -> None:
+    """A kind that is a list (unhashable) is passed over: the batch's other rows still come."""
+    b = TraceBuilder("r")
+    b.sealed_group("g", {0: 5})
+    b.step(0, 1, ["g"])
+    events = [{"t": 1.0, "run_id": "r", "event": ["group.seal"]}, *b.events]
+    assert [(run_id, step) for run_id, step, _ in RowBuilder().feed(events)] == [("r", 0)]

@@ -136,6 +136,11 @@ class Engine:
             if run is not None:  # the state is whole between batches
                 run.last_t = last_t
 
+    def feed_events(self, stream: Iterable[Any]) -> None:
+        """As :meth:`feed`, for events in memory (dicts or the schema's structs), checked
+        as :func:`run_events` checks them; the engine lives on for the next ones."""
+        self.feed(_checked(stream, self.kinds, self._on_warning))
+
     def results(self) -> list[Any]:
         return [a.result() for a in self.analyses]
 

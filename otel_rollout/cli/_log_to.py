@@ -38,7 +38,8 @@ def add_parser(commands: Any) -> None:
         type=float,
         default=120.0,
         metavar="SECONDS",
-        help="most seconds to wait for the trackers to finish after the file is read (120)",
+        help="most seconds to wait for the trackers: for room while reading (a batch not "
+        "taken in time is dropped, counted), and to finish after the file is read (120)",
     )
     parser.set_defaults(handler=run)
 
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         if problem is not None:
             raise CliError(problem)
     reader = trace_reader(args.file, validate=True)
-    hub = TrackerHub(list(specs), reader.path, backfill=True)
+    hub = TrackerHub(list(specs), reader.path, backfill=True, wait=args.timeout, start=0)
     started = time.monotonic()
     events = 0
     runs: dict[str, None] = {}
@@ -77,11 +78,14 @@ def run(args: argparse.Namespace) -> int:
         f"in {time.monotonic() - started:.1f}s",
         file=sys.stderr,
     )
-    failed = counts["tracker_errors"] + counts["tracker_rows_dropped"] + counts["trackers_hung"]
+    failed = (counts["tracker_errors"] + counts["tracker_rows_dropped"]
+              + counts["trackers_hung"] + counts["tracker_events_dropped"])  # fmt: skip
     if failed:
         raise CliError(
             f"{counts['tracker_errors']} tracker calls failed, "
-            f"{counts['tracker_rows_dropped']} rows not logged (see the messages above)",
+            f"{counts['tracker_rows_dropped']} rows not logged, "
+            f"{counts['tracker_events_dropped']} events not read in time "
+            "(see the messages above)",
             exit_code=1,
         )
     return 0

@@ -139,7 +139,9 @@ class Sidecar:
                         f"cannot serve Prometheus metrics on {chosen.prometheus_host}:"
                         f"{chosen.prometheus_port} (see the sidecar's log)"
                     )
-            self.telemetry = Telemetry(chosen, prometheus_registry=registry, path=self.path)
+            self.telemetry = Telemetry(
+                chosen, prometheus_registry=registry, path=self.path, start=self._begin
+            )
         except BaseException:
             self._stop_prometheus()
             if self.control is not None:

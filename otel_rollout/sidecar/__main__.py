@@ -51,8 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     # (sched_autogroup_enabled, the default of most distributions) nice ranks threads only
     # within their group: the group as a whole would compete with the trainer's as an equal.
     # The group's own nice value puts it (and a tracker's helper process, wandb-core) behind.
-    with contextlib.suppress(OSError), open("/proc/self/autogroup", "w") as f:
-        f.write(str(NICENESS))
+    # Only when the session is the sidecar's own (it leads it): run by hand from a shell, the
+    # group is the user's whole terminal session, which is not ours to renice.
+    if os.getsid(0) == os.getpid():
+        with contextlib.suppress(OSError), open("/proc/self/autogroup", "w") as f:
+            f.write(str(NICENESS))
 
     try:
         sidecar = Sidecar(
@@ -78,6 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     status("ready" + "".join(f"; {problem}" for problem in sidecar.problems))
     sidecar.run()
     t = sidecar.telemetry
+    if t.trackers is not None:  # final: the counts a trace's close got were as of then
+        counts = t.trackers.counts()
+        logging.getLogger("otel_rollout").info(
+            "otel-rollout: trackers: %s", ", ".join(f"{k} {v}" for k, v in counts.items())
+        )
     logging.getLogger("otel_rollout").info(
         "otel-rollout: done: %d events, %d spans made, %d sent, %d not accepted",
         t.events,

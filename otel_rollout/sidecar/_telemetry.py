@@ -159,11 +159,15 @@ class Telemetry:
         *,
         end_other_runs: bool = False,
         path: Path | None = None,
+        start: int = 0,
     ) -> None:
         self.chosen = chosen
-        #: The experiment trackers the specs name, fed the same events (with the log's path,
-        #: which cost reads for the restore rows); None without specs or path.
-        self.trackers = hub_for(chosen.trackers, path) if path and chosen.trackers else None
+        #: The experiment trackers the specs name, fed the same events (the log's runs before
+        #: ``start``, the byte this sidecar follows from, are read once for the restore rows);
+        #: None without specs or path.
+        self.trackers = (
+            hub_for(chosen.trackers, path, start) if path and chosen.trackers else None
+        )
         self.runs: dict[str, _Run] = {}
         self.events = 0
         self._registry = prometheus_registry

@@ -17,11 +17,36 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ._hub import TrackerHub, Worker
-from ._rows import RESTORE_METRICS, STEP_METRICS, RowBuilder
-from ._spec import KINDS, MissingExtra, Spec, TrackerSpecError, missing_extra, parse_specs
+# Only the spec parser is imported with the package: ``config`` parses OTEL_ROLLOUT_TRACKERS
+# with it, and the hub imports ``config`` (a cycle, were the hub imported here too).
+from ._spec import (
+    KINDS,
+    MissingExtra,
+    Spec,
+    TrackerSpecError,
+    missing_extra,
+    parse_specs,
+    wandb_login_missing,
+)
+
+if TYPE_CHECKING:
+    from ._hub import TrackerHub, Worker
+    from ._rows import RESTORE_METRICS, STEP_METRICS, RowBuilder
+
+_LAZY = {"TrackerHub": "_hub", "Worker": "_hub", "RESTORE_METRICS": "_rows",
+         "STEP_METRICS": "_rows", "RowBuilder": "_rows"}  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    """The hub's names, imported when first asked for."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
 
 __all__ = [
     "KINDS",
@@ -38,6 +63,7 @@ __all__ = [
     "parse_specs",
     "split",
     "usable",
+    "wandb_login_missing",
 ]
 
 
@@ -59,11 +85,25 @@ def usable(specs: Iterable[str], warn: Any) -> list[Spec]:
     return kept
 
 
-def hub_for(targets: Iterable[Any], path: Path | None) -> TrackerHub | None:
-    """A hub for the usable ``targets`` (specs, as text or :class:`Spec`, and run objects)."""
+def hub_for(
+    targets: Iterable[Any], path: Path | None, start: int | None = None
+) -> TrackerHub | None:
+    """A hub for the usable ``targets`` (specs, as text or :class:`Spec`, and run objects),
+    fed the events of the log ``path`` from byte ``start`` (None: from its end now)."""
     import logging
 
+    from ._hub import TrackerHub
+
     log = logging.getLogger("otel_rollout")
+    from ._sinks import kind_of
+
     specs, objects = split(targets)
-    chosen: list[Any] = [*usable(specs, log.error), *objects]
-    return TrackerHub(chosen, path) if chosen else None
+    chosen: list[Any] = usable(specs, log.error)
+    for target in objects:  # one that is no tracker's run costs only itself
+        try:
+            kind_of(target)
+        except TypeError as exc:
+            log.error("otel-rollout: %s; it is off", exc)
+        else:
+            chosen.append(target)
+    return TrackerHub(chosen, path, start=start) if chosen else None

@@ -31,8 +31,10 @@ _log = logging.getLogger("otel_rollout")
 #: Rows a tracker may have waiting before new ones are dropped (and counted): ~10 minutes of
 #: a run training a step a second, with a restore row or two.
 WORKER_QUEUE = 1024
-#: Event batches waiting for the hub's thread before new ones are dropped (and counted).
-INBOX = 4096
+#: Events waiting for the hub's thread before new batches are dropped (and counted): counted
+#: in events, not batches, as a batch may hold one event or thousands.  ~1 minute of a run
+#: logging 4,000 events a second.
+INBOX_EVENTS = 262_144
 #: Seconds between flushes of a tracker (an MLflow log_batch, a TensorBoard file flush).
 FLUSH_INTERVAL = 1.0
 
@@ -52,11 +54,11 @@ class Worker:
         self._thread = threading.Thread(target=self._run, name=f"otel-rollout-{name}", daemon=True)
         self._thread.start()
 
-    def put(self, item: Any, wait: bool = False) -> None:
+    def put(self, item: Any, wait: float = 0.0) -> None:
         """Queue a row, or a run's end.  Live, never waits: a full queue drops the row
-        (counted); a backfill (``wait``) waits for room instead."""
+        (counted); a backfill waits for room instead, up to ``wait`` seconds."""
         try:
-            self._queue.put(item, block=wait)
+            self._queue.put(item, timeout=wait) if wait > 0 else self._queue.put_nowait(item)
         except Full:
             if item[0] == "row":
                 self.dropped += 1
@@ -83,10 +85,13 @@ class Worker:
         self._thread.join(max(deadline - time.monotonic(), 0.0))
         if self._thread.is_alive():
             self.hung = True
-            left = self._queue.qsize()
+            with self._queue.mutex:  # rows only: not the wake-up or a flush's event
+                left = sum(isinstance(i, tuple) and i[0] == "row" for i in self._queue.queue)
+            # and rows a batching sink (MLflow) holds for its next request
+            left += sum(getattr(sink, "waiting", 0) for sink in list(self._sinks.values()))
             self.dropped += left
             _log.warning(
-                "otel-rollout: tracker %s did not finish in time; %d items left unlogged",
+                "otel-rollout: tracker %s did not finish in time; %d rows left unlogged",
                 self.name,
                 left,
             )
@@ -143,41 +148,66 @@ class Worker:
             sink = self._sink(run_id)
             if sink is None:
                 self.dropped += 1  # its tracker run could not be made (logged, counted once)
-            elif self._call(lambda: sink.log(step, values)):
-                self.logged += 1
+            elif self._call(lambda: sink.log(step, values)) and not hasattr(sink, "waiting"):
+                self.logged += 1  # a sink that batches (MLflow) counts at its flush
         elif item[0] == "end":
             self._end(item[1])
 
     def _end(self, run_id: str) -> None:
         sink = self._sinks.pop(run_id, None)
         if sink is not None:
+            self._flush(sink)
             self._call(sink.close)
+
+    def _flush(self, sink: Sink) -> None:
+        """Flush ``sink``; a sink that batches rows counts them now: logged if sent, else
+        dropped (a failed request is not retried)."""
+        waiting = getattr(sink, "waiting", None)
+        if waiting is None:
+            self._call(sink.flush)
+            return
+        sent = sink.sent  # type: ignore[attr-defined]
+        self._call(sink.flush)
+        done = sink.sent - sent  # type: ignore[attr-defined]
+        self.logged += done
+        self.dropped += waiting - done
 
     def _flush_all(self) -> None:
         for sink in self._sinks.values():
             if sink is not None:
-                self._call(sink.flush)
+                self._flush(sink)
 
 
 class TrackerHub:
     """Every tracker of one trace (or of one log, in the sidecar), as one exporter.
 
     ``targets`` are :class:`~._spec.Spec` s and run objects of yours; ``path`` is
-    the log, read by ``cost`` for the restore rows.
+    the log and ``start`` the byte where the events fed begin (None: its end now):
+    the runs before it are read once, for the first restore row (see RowBuilder).
     """
 
     def __init__(
-        self, targets: Sequence[Any], path: Path | None, *, backfill: bool = False
+        self,
+        targets: Sequence[Any],
+        path: Path | None,
+        *,
+        backfill: bool = False,
+        wait: float = 120.0,
+        start: int | None = None,
     ) -> None:
-        self._wait = backfill  # a finished file: wait for a slow tracker rather than drop
+        # A finished file: wait for a slow tracker rather than drop, up to ``wait`` seconds a put
+        self._wait = wait if backfill else 0.0
         self.workers = [
             Worker(f"{kind_of(t)}{':' + str(t.target) if getattr(t, 'target', None) else ''}",
                    opener(t))
             for t in targets
         ]  # fmt: skip
-        self._builder = RowBuilder(path)
-        self._inbox: Queue[Any] = Queue(maxsize=INBOX)
+        self._builder = RowBuilder(path, start)
+        self._inbox: Queue[Any] = Queue()  # bounded by INBOX_EVENTS, counted in export
+        self._queued = 0  # events in the inbox
+        self._room = threading.Condition()
         self.events_dropped = 0
+        self.internal_errors = 0
         self.rows = 0
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="otel-rollout-trackers", daemon=True)
@@ -186,10 +216,16 @@ class TrackerHub:
     # The exporter protocol.
 
     def export(self, events: Sequence[dict[str, Any]]) -> int:
-        try:
-            self._inbox.put(("events", events), block=self._wait)
-        except Full:
-            self.events_dropped += len(events)
+        n = len(events)
+        with self._room:
+            fits = lambda: not self._queued or self._queued + n <= INBOX_EVENTS  # noqa: E731
+            if not (fits() or (self._wait and self._room.wait_for(fits, self._wait))):
+                self.events_dropped += n
+                runs = {e.get("run_id") for e in events if isinstance(e, dict)}
+                self._inbox.put(("gap", runs))  # their batch age is not known any more
+                return 0
+            self._queued += n
+        self._inbox.put(("events", events))
         return 0
 
     def end_run(self, run_id: str) -> None:
@@ -201,8 +237,9 @@ class TrackerHub:
         return {
             "tracker_rows_logged": sum(w.logged for w in self.workers),
             "tracker_rows_dropped": sum(w.dropped for w in self.workers),
-            "tracker_errors": sum(w.failed for w in self.workers),
+            "tracker_errors": sum(w.failed for w in self.workers) + self.internal_errors,
             "tracker_events_dropped": self.events_dropped,
+            "tracker_steps_without_age": self._builder.withheld,
             "trackers_hung": sum(w.hung for w in self.workers),
         }
 
@@ -230,16 +267,29 @@ class TrackerHub:
         if self._closed:
             return
         self._closed = True
-        deadline = time.monotonic() + timeout
+        now = time.monotonic()
+        deadline = now + timeout
+        # The hub's thread (owed restore rows: a pass of cost's) gets half; the rest is kept
+        # for the workers to log, flush and end their tracker runs, so a busy hub does not
+        # leave healthy trackers reported hung.
+        built = now + timeout / 2
         with contextlib.suppress(Full):
-            self._inbox.put(None, timeout=timeout)
-        self._thread.join(max(deadline - time.monotonic(), 0.0))
+            self._inbox.put(None, timeout=timeout / 2)
+        self._thread.join(max(built - time.monotonic(), 0.0))
+        if self._thread.is_alive():
+            _log.warning("otel-rollout: trackers: the last rows were not ready in time")
         for worker in self.workers:  # all at once: a hung one costs only itself
             worker.stop()
         for worker in self.workers:
             worker.close(deadline)
 
     # The hub's thread.
+
+    def _internal_error(self) -> None:
+        """A batch the hub could not handle: its traceback logged once, every one counted."""
+        self.internal_errors += 1
+        if self.internal_errors == 1:
+            _log.exception("otel-rollout: trackers: internal error (logged once, counted)")
 
     def _fan_out(self, rows: list[Row]) -> None:
         self.rows += len(rows)
@@ -254,14 +304,19 @@ class TrackerHub:
                 if isinstance(item, threading.Event):
                     item.set()
                 elif item[0] == "events":
+                    with self._room:
+                        self._queued -= len(item[1])
+                        self._room.notify_all()
                     self._fan_out(builder.feed(item[1]))
+                elif item[0] == "gap":
+                    builder.lost_events(item[1])
                 else:
                     self._fan_out(builder.end_run(item[1]))
                     for worker in self.workers:
                         worker.put(("end", item[1]))
             except Exception:  # never let the hub die: the next batch may be fine
-                _log.exception("otel-rollout: trackers: internal error")
+                self._internal_error()
         try:
             self._fan_out(builder.end_all())
         except Exception:
-            _log.exception("otel-rollout: trackers: internal error")
+            self._internal_error()

@@ -3,15 +3,18 @@
 A step's batch age and token-age shares come from
 :class:`~otel_rollout.age.LiveBatchAge` (the code behind the Prometheus gauge
 and ``batch_age_by_step``), so the three agree exactly.  A restore's row is
-``cost``'s own :class:`~otel_rollout.cost.Boundary`, read from the log by
-:func:`~otel_rollout.cost.analyze_file`, once the resumed run has trained
-again the step the stopped run had reached (or when it ends, if sooner); and
-again when it ends, if the work it redid since changed any value, so that the
-last value of each ``restore/*`` metric is what ``cost`` reports.
+``cost``'s own :class:`~otel_rollout.cost.Boundary`, from a
+:class:`~otel_rollout.cost.CostAnalysis` fed the same events as they come (as
+``watch`` feeds it; the log is never read again), once the resumed run has
+trained again the step the stopped run had reached (or when it ends, if
+sooner); and again when it ends, if the work it redid since changed any
+value, so that the last value of each ``restore/*`` metric is what ``cost``
+reports.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from ..age import AGE_BUCKETS, LiveBatchAge, StepAge
+from ..analysis import Engine
+from ..cost import CostAnalysis
+from ..reader import EventReader
 
 __all__ = ["RESTORE_METRICS", "STEP_METRICS", "Row", "RowBuilder", "restore_values"]
 
@@ -107,6 +113,9 @@ def step_values(row: StepAge, counts: dict[str, float]) -> dict[str, float]:
     return values
 
 
+#: What a step's row leaves out once events of its run were dropped.
+_AGE_METRICS = frozenset({"rollout/batch_age", "rollout/tokens_trained", *SHARE_NAMES.values()})
+
 _COUNTS_NAMES = (*_COUNTED.values(), "rollout/refits", "rollout/refit_paused_calls",
                  "rollout/trace_dropped")  # fmt: skip
 
@@ -117,6 +126,7 @@ class _Run:
     last_step: int | None = None
     restore: _Pending | None = None
     logged: dict[str, float] | None = None  # the restore row logged when it caught up
+    blind: bool = False  # events of the run were dropped: its batch age is not known
 
 
 @dataclass
@@ -129,21 +139,52 @@ class _Pending:
 
 #: Kinds that change no row: passed over at the cost of one set lookup.
 _PASSED = frozenset({"attempt.dispatch", "attempt.resume", "group.reserve", "group.admit",
-                     "checkpoint.publish", "run.start"})  # fmt: skip
+                     "run.start"})  # fmt: skip
 
 
 class RowBuilder:
     """Rows from events (in file order; one run's or many), for every tracker alike.
 
-    ``path`` is the log the events come from: a restore's row is read from it by
-    ``cost``.  One builder follows a whole file, as the sidecar's gauge does: a
-    resumed run trains groups that a run before it sealed.
+    One builder follows a whole file, as the sidecar's gauge does: a resumed run
+    trains groups that a run before it sealed.  ``path`` is the log and ``start``
+    the byte where the events fed begin (None: where the log ends now, as a
+    training process's own do): the runs before it are read once, on the first
+    feed, into cost's pass, for the boundary before the first run fed.
     """
 
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
+    def __init__(self, path: Path | None = None, start: int | None = 0) -> None:
         self._live = LiveBatchAge()
         self._runs: dict[str, _Run] = {}
+        #: Steps logged without batch age and restore rows withheld, after dropped events.
+        self.withheld = 0
+        self._cost = CostAnalysis()
+        self._engine = Engine([self._cost], _quiet, in_memory=True)
+        self._prime: tuple[Path, int] | None = None
+        if path is not None and start != 0:
+            with contextlib.suppress(OSError):  # no log yet: nothing before these events
+                self._prime = (path, path.stat().st_size if start is None else start)
+
+    def _read_prime(self) -> None:
+        """The runs the log held when this builder was made, read once into cost's pass."""
+        assert self._prime is not None
+        path, size = self._prime
+        self._prime = None
+        reader = EventReader(path, typed=True)
+        try:
+            with open(path, "rb") as f:
+                tail = b""
+                while size > 0:
+                    chunk = f.read(min(size, 1 << 22))
+                    if not chunk:
+                        break
+                    size -= len(chunk)
+                    data = tail + chunk
+                    cut = data.rfind(b"\n") + 1
+                    data, tail = data[:cut], data[cut:]
+                    if data:
+                        self._engine.feed([reader.numbered_block(data, reader.lines)])
+        except OSError:  # an unreadable log costs its earlier runs' restore rows, nothing else
+            _log.exception("otel-rollout: trackers: cannot read %s for the restore", path)
 
     def _run(self, run_id: str) -> _Run:
         run = self._runs.get(run_id)
@@ -153,11 +194,14 @@ class RowBuilder:
 
     def feed(self, events: Sequence[dict[str, Any]]) -> list[Row]:
         """The rows ``events`` complete (a step's, and a restore's that falls due)."""
+        if self._prime is not None:
+            self._read_prime()
+        self._engine.feed_events(events)  # the whole batch first: a restore's boundary too
         rows: list[Row] = []
         passed, counted, live = _PASSED, _COUNTED, self._live
         for event in events:
             kind = event.get("event")
-            if kind in passed or kind.__class__ is not str:
+            if kind.__class__ is not str or kind in passed:  # a list is no kind (nor hashable)
                 continue
             run_id = event.get("run_id")
             if run_id.__class__ is not str:
@@ -170,7 +214,11 @@ class RowBuilder:
                 step = live.observe(event)
                 if step is not None:
                     run.last_step = step.step
-                    rows.append((run_id, step.step, step_values(step, dict(run.counts))))
+                    values = step_values(step, dict(run.counts))
+                    if run.blind:  # seals it needs may have been dropped: no wrong value
+                        self.withheld += 1
+                        values = {k: v for k, v in values.items() if k not in _AGE_METRICS}
+                    rows.append((run_id, step.step, values))
                     pending = run.restore
                     due = pending.due_step if pending is not None else None
                     if pending is not None and (due is None or step.step >= due):
@@ -185,6 +233,15 @@ class RowBuilder:
             except (LookupError, TypeError, ValueError):
                 continue  # a field missing or mistyped: it changes no row (validate says why)
         return rows
+
+    def lost_events(self, run_ids: Iterable[Any]) -> None:
+        """Events of ``run_ids`` were dropped: from now on their steps carry no batch age
+        (nor token shares), and no restore row is logged for them (cost missed events)."""
+        for run_id in run_ids:
+            if isinstance(run_id, str):
+                run = self._run(run_id)
+                run.blind = True
+                run.restore = run.logged = None
 
     def end_run(self, run_id: str) -> list[Row]:
         """A run is over: its restore row, if still owed, or changed since it was logged (the
@@ -206,6 +263,9 @@ class RowBuilder:
     # Restores.
 
     def _restored(self, run_id: str, step: Any) -> None:
+        if self._runs[run_id].blind:
+            self.withheld += 1
+            return
         boundary = self._boundary(run_id)
         if boundary is None:
             return  # the file's first run: restored from elsewhere, no stop in this log
@@ -223,16 +283,10 @@ class RowBuilder:
         return [(run_id, step, run.logged)]
 
     def _boundary(self, run_id: str) -> Any:
-        """cost's boundary before ``run_id``, from the log as it is now (None if none)."""
-        if self.path is None:
-            return None
-        from ..cost import analyze_file
-
-        try:
-            report = analyze_file(self.path, on_warning=_quiet)
-        except Exception:  # an unreadable log costs the restore row, nothing else
-            _log.exception("otel-rollout: trackers: cannot read %s for the restore", self.path)
-            return None
+        """cost's boundary before ``run_id``, from the events so far (None if none)."""
+        if len(self._engine.state.runs) < 2:
+            return None  # no stop yet: the ledger's pass is not worth making
+        report = self._cost.result()
         return next((b for b in report.boundaries if b.new_run == run_id), None)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -77,12 +78,22 @@ class TensorBoardSink:
 
 
 class MlflowSink:
-    """Metrics into an MLflow run, a ``log_batch`` per flush (not a request per value)."""
+    """Metrics into an MLflow run, a ``log_batch`` per flush (not a request per value).
+
+    Rows wait here until the flush: :attr:`waiting` of them, and :attr:`sent` so
+    far, so that a row counts as logged only once MLflow took it, and rows of a
+    failed request count as dropped.
+    """
 
     def __init__(self, client: Any, run_id: str, own: bool) -> None:
         self.client, self.run_id, self.own = client, run_id, own
         self._metric = _import("mlflow", "mlflow.entities").Metric
-        self._pending: list[Any] = []
+        self._pending: list[list[Any]] = []  # each row's metrics
+        self.sent = 0
+
+    @property
+    def waiting(self) -> int:
+        return len(self._pending)
 
     @classmethod
     def make(cls, spec: Spec, run_id: str) -> MlflowSink:
@@ -103,24 +114,47 @@ class MlflowSink:
     def log(self, step: int, values: Mapping[str, float]) -> None:
         ms = int(time.time() * 1000)
         metric = self._metric
-        self._pending += [metric(name, value, ms, step) for name, value in values.items()]
+        self._pending.append([metric(name, value, ms, step) for name, value in values.items()])
 
     def flush(self) -> None:
+        """Send every waiting row, whole rows to a request; a failed request's rows and
+        those after it are not retried (the caller counts them as dropped)."""
         pending, self._pending = self._pending, []
-        for i in range(0, len(pending), MLFLOW_BATCH):
-            self.client.log_batch(self.run_id, metrics=pending[i : i + MLFLOW_BATCH])
+        batch: list[Any] = []
+        rows = 0
+        for metrics in pending:
+            if batch and len(batch) + len(metrics) > MLFLOW_BATCH:
+                self.client.log_batch(self.run_id, metrics=batch)
+                self.sent += rows
+                batch, rows = [], 0
+            batch += metrics
+            rows += 1
+        if batch:
+            self.client.log_batch(self.run_id, metrics=batch)
+            self.sent += rows
 
     def close(self) -> None:
-        self.flush()
-        if self.own:
-            self.client.set_terminated(self.run_id)
+        try:
+            self.flush()
+        finally:  # a run left RUNNING would look alive in MLflow's UI for ever
+            if self.own:
+                self.client.set_terminated(self.run_id)
 
 
 class WandbSink:
-    """History rows into a W&B run, against ``rollout/step`` (``restore/*`` too)."""
+    """History rows into a W&B run, against ``rollout/step`` (``restore/*`` too).
+
+    Your own run keeps its step counter: a row is added to the step you are logging
+    (``commit=False``), one row a step, as your next ``log`` commits it.  A row that
+    comes while the one before still waits for your commit waits its turn here (two
+    in one step would overwrite each other); any left at the trace's close are
+    committed then.
+    """
 
     def __init__(self, run: Any, own: bool) -> None:
         self.run, self.own = run, own
+        self._waiting: deque[dict[str, float]] = deque()
+        self._held_at: int | None = None  # the run's step our last row was added to
         run.define_metric("rollout/step", hidden=True)
         run.define_metric("rollout/*", step_metric="rollout/step")
         run.define_metric("restore/*", step_metric="rollout/step")
@@ -135,17 +169,34 @@ class WandbSink:
 
     def log(self, step: int, values: Mapping[str, float]) -> None:
         row = {**values, "rollout/step": step}
-        if self.own:  # our run: the step is its own; yours keeps its own step counter
+        if self.own:  # our run: the step is its own
             self.run.log(row, step=step)
         else:
-            self.run.log(row)
+            self._waiting.append(row)
+            self._add()
+
+    def _add(self) -> None:
+        """Add the oldest waiting row to your run's current step, if none of ours is there."""
+        if self._waiting:
+            now = self.run.step
+            if now != self._held_at:
+                self.run.log(self._waiting.popleft(), commit=False)
+                self._held_at = now
 
     def flush(self) -> None:
-        pass  # wandb sends on its own process
+        if not self.own:
+            self._add()  # wandb sends on its own process
 
     def close(self) -> None:
         if self.own:
             self.run.finish()
+            return
+        self._add()
+        if self._waiting:  # the trace is over: commit the rest (your step moves past them)
+            if self.run.step == self._held_at:
+                self.run.log({}, commit=True)  # our row of this step, before the next
+            while self._waiting:
+                self.run.log(self._waiting.popleft())
 
 
 def kind_of(target: Any) -> str:
@@ -179,11 +230,17 @@ def opener(target: Any) -> Callable[[str], Sink]:
         make = _MAKERS[target.kind]
         return lambda run_id: make(target, run_id)
     kind = kind_of(target)
-    if kind == "tensorboard":
-        sink: Sink = TensorBoardSink(target, own=False)
-    elif kind == "mlflow":
-        client = _import("mlflow", "mlflow.tracking").MlflowClient()
-        sink = MlflowSink(client, target.info.run_id, own=False)
-    else:
-        sink = WandbSink(target, own=False)
-    return lambda run_id: sink
+    made: list[Sink] = []
+
+    def one(run_id: str) -> Sink:  # made on the tracker's own thread, once: a slow
+        if not made:  # MlflowClient() or define_metric never holds the caller
+            if kind == "tensorboard":
+                made.append(TensorBoardSink(target, own=False))
+            elif kind == "mlflow":
+                client = _import("mlflow", "mlflow.tracking").MlflowClient()
+                made.append(MlflowSink(client, target.info.run_id, own=False))
+            else:
+                made.append(WandbSink(target, own=False))
+        return made[0]
+
+    return one

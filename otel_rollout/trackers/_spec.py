@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["KINDS", "MissingExtra", "Spec", "TrackerSpecError", "missing_extra", "parse_specs"]
+__all__ = ["KINDS", "MissingExtra", "Spec", "TrackerSpecError", "missing_extra", "parse_specs",
+           "wandb_login_missing"]  # fmt: skip
 
 #: Each tracker: the module it imports, the extra that installs it, what follows the colon.
 KINDS: dict[str, tuple[str, str, str]] = {
@@ -45,8 +47,11 @@ def _one(text: str) -> Spec:
         known = ", ".join(f"{k}:{KINDS[k][2].split(' ', 1)[0]}" for k in KINDS)
         raise TrackerSpecError(f"unknown tracker {text.strip()!r} (known: {known})")
     target = rest.strip() or None
-    if kind == "tensorboard" and target is None:
-        raise TrackerSpecError("tensorboard needs a directory: tensorboard:DIR")
+    if kind == "tensorboard":
+        if target is None:
+            raise TrackerSpecError("tensorboard needs a directory: tensorboard:DIR")
+        # Absolute where it is parsed (the trainer's cwd), not where the sidecar runs
+        target = os.path.abspath(os.path.expanduser(target))
     return Spec(kind, target)
 
 
@@ -74,3 +79,25 @@ def missing_extra(kind: str) -> str | None:
     if importlib.util.find_spec(module) is not None:
         return None
     return f"the {kind} tracker needs {module}: pip install 'otel-rollout[{extra}]'"
+
+
+def wandb_login_missing() -> str | None:
+    """The one-line message when wandb would ask for a login (no ``WANDB_API_KEY``, no
+    ``wandb login`` entry in ~/.netrc, mode neither offline nor disabled), else None.
+
+    In the training process wandb's prompt would take the trainer's terminal."""
+    mode = os.environ.get("WANDB_MODE", "").strip().lower()
+    if mode in ("offline", "disabled", "dryrun") or os.environ.get("WANDB_API_KEY"):
+        return None
+    host = (os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").split("//")[-1]
+    try:
+        import netrc
+
+        if netrc.netrc().authenticators(host.split("/")[0].split(":")[0]):
+            return None
+    except (OSError, netrc.NetrcParseError):
+        pass
+    return (
+        "the wandb tracker would ask for a login here: set WANDB_API_KEY, run `wandb login`, "
+        "or set WANDB_MODE=offline"
+    )
