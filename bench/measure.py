@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -50,3 +53,56 @@ def throughput(
             rates[name].append(len(events) / (time.perf_counter() - start))
             writer.close()
     return {name: statistics.median(r) for name, r in rates.items()}
+
+#: The fields of the latency rows' tick events (a dispatch's worth).
+FIELDS = {
+    "attempt_id": "0f3a9c1e-a17",
+    "group_id": "0f3a9c1e-g4",
+    "prompt_id": 81234,
+    "generation_index": 3,
+    "weight_version": 118,
+    "epoch": 1,
+}
+
+HERE = Path(__file__).resolve().parent
+
+
+def latency(
+    tmp: Path,
+    rate: int,
+    seconds: float,
+    makers: dict[str, Writer],
+    events: list[tuple[str, dict[str, Any]]] | None = None,
+) -> dict[str, tuple[float, float]]:
+    """p50/p99 ms from emit to the line being readable, tailed by another process."""
+    per_ms = max(1, rate // 1000)
+    ticks = int(seconds * 1000)
+    events = events or [("bench.tick", FIELDS)] * (ticks * per_ms)
+    result = {}
+    for name, make in makers.items():
+        path = tmp / f"latency-{name}-{rate}-{len(events)}-{time.monotonic_ns()}.jsonl"
+        tail = subprocess.Popen(
+            [sys.executable, str(HERE / "_tail.py"), str(path)], stdout=subprocess.PIPE
+        )
+        try:
+            writer = make(path)
+            try:
+                time.sleep(0.3)  # the tail process is up and polling
+                start = time.perf_counter()
+                for tick in range(ticks):
+                    target = start + tick / 1000
+                    while (now := time.perf_counter()) < target:
+                        time.sleep(min(target - now, 0.0005))
+                    for kind, fields in events[tick * per_ms : (tick + 1) * per_ms]:
+                        writer.emit(kind, **fields)
+                writer.emit("bench.end")
+            finally:
+                writer.close()
+            out, _ = tail.communicate(timeout=60)
+        finally:
+            if tail.poll() is None:
+                tail.kill()
+                tail.wait()
+        ms = sorted(x * 1000 for x in json.loads(out))
+        result[name] = (ms[len(ms) // 2], ms[int(len(ms) * 0.99)])
+    return result

@@ -37,6 +37,7 @@ import read_side  # noqa: E402
 import spanfirst  # noqa: E402
 import watch  # noqa: E402
 import with_otel  # noqa: E402
+from measure import latency  # noqa: E402
 from yardstick import PlainWriter, plain_read  # noqa: E402
 
 from otel_rollout.batch_age import batch_age_by_step  # noqa: E402
@@ -45,58 +46,10 @@ from otel_rollout.reader import read_events  # noqa: E402
 from otel_rollout.testing import kill_loss_window, synthetic_trace  # noqa: E402
 from otel_rollout.trace import RolloutTrace  # noqa: E402
 
-FIELDS = {
-    "attempt_id": "0f3a9c1e-a17",
-    "group_id": "0f3a9c1e-g4",
-    "prompt_id": 81234,
-    "generation_index": 3,
-    "weight_version": 118,
-    "epoch": 1,
-}
+FIELDS = measure.FIELDS
 
 Writer = measure.Writer
 DESIGNS: dict[str, Writer] = {"yardstick": PlainWriter, "otel-rollout": RolloutTrace}
-
-
-def latency(
-    tmp: Path,
-    rate: int,
-    seconds: float,
-    makers: dict[str, Writer] = DESIGNS,
-    events: list[tuple[str, dict[str, Any]]] | None = None,
-) -> dict[str, tuple[float, float]]:
-    """p50/p99 ms from emit to the line being readable, tailed by another process."""
-    per_ms = max(1, rate // 1000)
-    ticks = int(seconds * 1000)
-    events = events or [("bench.tick", FIELDS)] * (ticks * per_ms)
-    result = {}
-    for name, make in makers.items():
-        path = tmp / f"latency-{name}-{rate}-{len(events)}-{time.monotonic_ns()}.jsonl"
-        tail = subprocess.Popen(
-            [sys.executable, str(HERE / "_tail.py"), str(path)], stdout=subprocess.PIPE
-        )
-        try:
-            writer = make(path)
-            try:
-                time.sleep(0.3)  # the tail process is up and polling
-                start = time.perf_counter()
-                for tick in range(ticks):
-                    target = start + tick / 1000
-                    while (now := time.perf_counter()) < target:
-                        time.sleep(min(target - now, 0.0005))
-                    for kind, fields in events[tick * per_ms : (tick + 1) * per_ms]:
-                        writer.emit(kind, **fields)
-                writer.emit("bench.end")
-            finally:
-                writer.close()
-            out, _ = tail.communicate(timeout=60)
-        finally:
-            if tail.poll() is None:
-                tail.kill()
-                tail.wait()
-        ms = sorted(x * 1000 for x in json.loads(out))
-        result[name] = (ms[len(ms) // 2], ms[int(len(ms) * 0.99)])
-    return result
 
 
 # Writes a checkpoint-sized file beside the log, over and over, each time synced: the
@@ -303,7 +256,7 @@ def main() -> None:
     if args.only == "trackers":
         import trackers
 
-        figures = {"trackers": trackers.figures(2.0 if args.quick else 20.0, latency)}
+        figures = {"trackers": trackers.figures(2.0 if args.quick else 20.0)}
         print(trackers.report(figures["trackers"]))
         if args.json:
             args.json.write_text(json.dumps(figures, indent=2))
@@ -332,7 +285,7 @@ def main() -> None:
         figures["drain_events_per_s"] = measure.throughput(tmp, DESIGNS, dispatches, reps=7)
         for rate in (1000, 10000):
             print(f"latency at {rate}/s ...", file=sys.stderr)
-            figures[f"latency_ms_{rate}"] = latency(tmp, rate, seconds)
+            figures[f"latency_ms_{rate}"] = latency(tmp, rate, seconds, DESIGNS)
         print("the cost of syncing the log to disk ...", file=sys.stderr)
         figures["fsync"] = fsync_cost(dispatches, seconds)
         print("with spans and metrics over OTLP ...", file=sys.stderr)

@@ -5,7 +5,7 @@ from by the export sidecar, a Python controller's work per second as a share of
 the same loop with no trace, at 1,000 and 10,000 events/s (the slices of
 ``controller.py``, the log alone measured in the same run as the yardstick);
 and the p99 from emit to the line in the file at 10,000 events/s, with and
-without trackers (``run.latency``, tailed by another process).  The event mix
+without trackers (``measure.latency``, tailed by another process).  The event mix
 is ``with_otel.mixed_events``: a train.step every 77 events, so 130 steps/s at
 10k events/s, far more rows than a real run's few steps a second.
 
@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import controller  # noqa: E402
+import measure  # noqa: E402
 import with_otel  # noqa: E402
 
 MODES = ("jsonl", "trackers")
@@ -151,7 +152,7 @@ def per_step(rows: int = 500) -> dict[str, float]:
     return out
 
 
-def lag(seconds: float, latency: Callable[..., dict[str, tuple[float, float]]]) -> dict[str, Any]:
+def lag(seconds: float) -> dict[str, Any]:
     """emit → line in the file, p50/p99 ms at 10,000 events/s, without and with trackers."""
     from otel_rollout.trace import RolloutTrace
 
@@ -168,11 +169,11 @@ def lag(seconds: float, latency: Callable[..., dict[str, tuple[float, float]]]) 
 
         makers = {"log only": RolloutTrace, "trackers on": with_trackers}
         events = with_otel.mixed_events(int(10_000 * seconds) + 100)
-        return latency(tmp, 10_000, seconds, makers, events)
+        return measure.latency(tmp, 10_000, seconds, makers, events)
 
 
-def figures(seconds: float, latency: Callable[..., Any]) -> dict[str, Any]:
-    return {"throughput": throughput(seconds), "lag_ms_10000": lag(max(seconds / 4, 1.0), latency)}
+def figures(seconds: float) -> dict[str, Any]:
+    return {"throughput": throughput(seconds), "lag_ms_10000": lag(max(seconds / 4, 1.0))}
 
 
 def report(f: dict[str, Any]) -> str:
@@ -194,8 +195,6 @@ def report(f: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    import run
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 s of slices per mode and rate")
     parser.add_argument("--seconds", type=float, default=20.0, help="traced seconds per mode")
@@ -222,7 +221,7 @@ def main() -> None:
         if args.json:
             args.json.write_text(json.dumps(each, indent=2))
         return
-    f = figures(seconds, run.latency)
+    f = figures(seconds)
     print(report(f))
     if args.json:
         args.json.write_text(json.dumps(f, indent=2))
