@@ -6,7 +6,6 @@ No JSON here: :mod:`otel_rollout.reader` decodes what these functions find.
 
 from __future__ import annotations
 
-import gzip
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -156,6 +155,52 @@ def chunks(
             pieces, held = [tail], len(tail)
 
 
+class _Gunzip:
+    """A gzip stream read so that a truncated or corrupt end loses only what cannot be
+    decompressed: ``read`` returns every byte decompressed before the damage, and raises
+    (``EOFError`` or ``zlib.error``) on the call after.  ``gzip.GzipFile.read`` raises
+    at once and drops what that read had decompressed (for a file of one block: all of
+    it).  Members written one after another (``cat a.gz b.gz``) are read in turn."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self._raw = raw
+        self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._member_started = False  # the current member has had compressed bytes
+        self._pending = bytearray()
+        self._error: Exception | None = None
+        self._done = False
+
+    def read(self, size: int) -> bytes:
+        while len(self._pending) < size and not self._done and self._error is None:
+            self._fill()
+        if not self._pending and self._error is not None:
+            error, self._error = self._error, None
+            self._done = True
+            raise error
+        out = bytes(self._pending[:size])
+        del self._pending[:size]
+        return out
+
+    def _fill(self) -> None:
+        data = self._raw.read(1 << 16)
+        if not data:
+            if self._member_started and not self._inflate.eof:
+                self._error = EOFError("compressed file ended before the end-of-stream marker")
+            self._done = True
+            return
+        try:
+            while data:
+                self._member_started = True
+                self._pending += self._inflate.decompress(data)
+                if not self._inflate.eof:
+                    return
+                data = self._inflate.unused_data.lstrip(b"\0")  # the next member, if any
+                self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                self._member_started = False
+        except zlib.error as exc:
+            self._error = exc
+
+
 class open_trace:
     """Open a trace file, plain or gzipped (by its first bytes, not its name)."""
 
@@ -165,7 +210,7 @@ class open_trace:
     def __enter__(self) -> tuple[IO[bytes], Callable[[], int], bool]:
         raw = self._raw
         if raw.peek(2)[:2] == GZIP_MAGIC:  # type: ignore[attr-defined]  # a BufferedReader has peek
-            return cast(IO[bytes], gzip.GzipFile(fileobj=raw)), raw.tell, True
+            return cast(IO[bytes], _Gunzip(raw)), raw.tell, True
         return raw, raw.tell, False
 
     def __exit__(self, *exc: object) -> None:

@@ -66,6 +66,23 @@ class TestReadEvents:
         path.write_bytes(gzip.compress(b.lines()))
         assert list(read_events(path)) == b.events
 
+    def test_a_truncated_gzip_keeps_every_line_it_can_decompress(self, demo_trace, tmp_path, cli):
+        """Cut in half, a gzipped trace still gives every whole line zlib can decompress
+        (a torn last line and the early end are warnings), and batch-age reads it."""
+        import zlib
+
+        whole = gzip.compress(demo_trace.read_bytes())
+        path = tmp_path / "half.jsonl.gz"
+        path.write_bytes(whole[: len(whole) // 2])
+        recoverable = zlib.decompressobj(31).decompress(whole[: len(whole) // 2])
+        expected = [orjson.loads(line) for line in recoverable.split(b"\n")[:-1]]
+        assert expected and list(read_events(path)) == expected
+        assert cli("batch-age", str(path)).returncode == 0
+        members = tmp_path / "members.jsonl.gz"  # gzip -c a >> b: members one after another
+        data = demo_trace.read_bytes()
+        members.write_bytes(gzip.compress(data[:5000]) + gzip.compress(data[5000:]))
+        assert list(read_events(members)) == list(read_events(demo_trace))
+
     def test_bom_and_crlf(self, tmp_path):
         """A byte-order mark and Windows line ends do not cost any event."""
         b = sample()
