@@ -155,6 +155,9 @@ def chunks(
             pieces, held = [tail], len(tail)
 
 
+_GZ_PIECE = 4096  # compressed bytes inflated at a time
+
+
 class _Gunzip:
     """A gzip stream read so that a truncated or corrupt end loses only what cannot be
     decompressed: ``read`` returns every byte decompressed before the damage, and raises
@@ -191,10 +194,12 @@ class _Gunzip:
         try:
             while data:
                 self._member_started = True
-                self._pending += self._inflate.decompress(data)
+                # In pieces: an error loses only the output of the piece it is found in.
+                piece, data = data[:_GZ_PIECE], data[_GZ_PIECE:]
+                self._pending += self._inflate.decompress(piece)
                 if not self._inflate.eof:
-                    return
-                data = self._inflate.unused_data.lstrip(b"\0")  # the next member, if any
+                    continue
+                data = self._inflate.unused_data.lstrip(b"\0") + data  # the next member
                 self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
                 self._member_started = False
         except zlib.error as exc:
