@@ -212,7 +212,7 @@ def run_events(
     else:
         done = lambda: None  # noqa: E731
     engine = Engine(analyses, on_warning, in_memory=True)
-    engine.feed(_checked(stream, engine.kinds, on_warning))
+    engine.feed_events(stream)
     done()
     return engine.results()
 
