@@ -75,6 +75,17 @@ _OWN = ("written", "dropped_queue_full", "dropped_write_error", "renamed_fields"
 _COUNTED = frozenset(f.name for f in fields(PipelineStats)) - {*_OWN, "other", "queued"}
 
 
+#: Seconds an event waited between ``emit`` and the writer taking it past which the writer
+#: counts the interpreter as busy.  A controller that waits on I/O leaves the GIL free and
+#: the writer takes an event ~0.1 ms after it was queued; one that keeps the GIL busy hands
+#: it over only when the switch interval (5 ms) runs out, and each of those forced switches
+#: cost this VM's CPU-bound controller ~0.3 ms (bench/controller.py: the writer's 160-190
+#: wakes a second took 5-7% of its throughput at 1,000 and 10,000 events/s).  Two busy
+#: batches in a row start a hold (config.WRITER_HOLD), so one slow wake on a loaded machine
+#: does not.
+BUSY_LAG = 0.002
+
+
 class Pipeline:
     """Moves events from the caller's queue to the exporters on a daemon thread."""
 
@@ -87,6 +98,7 @@ class Pipeline:
         capacity: int,
         max_batch: int,
         retry_max_delay: float = 0.2,
+        busy_hold: float = 0.0,
     ) -> None:
         self.run_id = run_id
         self.stats = PipelineStats()
@@ -98,6 +110,7 @@ class Pipeline:
         self._capacity = capacity
         self._max_batch = max_batch
         self._retry_max_delay = retry_max_delay
+        self._busy_hold = busy_hold
         self._start()
 
     def _start(self, exporters: Callable[[], Sequence[EventExporter]] | None = None) -> None:
@@ -108,6 +121,7 @@ class Pipeline:
         self._lock = threading.RLock()
         self._markers_put = 0  # flush markers and the stop sentinel queued (callers' side)
         self._markers_taken = 0  # ...and taken (writer's side)
+        self._wake = threading.Event()  # ends the writer's busy hold early (flush, close)
         self._drops_reported = 0  # queue-full drops already handed to a trace.dropped line
         self._drops_carried = 0  # drops whose report was lost in a failed write
         self._give_up_at: float | None = None  # set by close: stop retrying a failing log then
@@ -168,6 +182,7 @@ class Pipeline:
         with self._lock:
             self._markers_put += 1
         self._queue.put(done)
+        self._wake.set()
         deadline = None if timeout is None else time.monotonic() + timeout
         while not done.wait(0.05):
             if not self._thread.is_alive():
@@ -196,6 +211,7 @@ class Pipeline:
             # Leave the writer a tenth of the time to count what a failing log could not take.
             self._give_up_at = time.monotonic() + 0.9 * timeout
             self._queue.put(_STOP)
+            self._wake.set()
         self._thread.join(timeout)
         if self._thread.is_alive():
             _log.warning(
@@ -226,15 +242,32 @@ class Pipeline:
                 _log.exception("otel-rollout: exporters after fork failed; writing the log only")
         get = self._queue.get
         qsize = self._queue.qsize
-        stopping = False
+        now, hold, wake = time.time, self._busy_hold, self._wake
+        stopping = busy = False
+        held_until: float | None = None  # when the last hold was to end, if it ran out
         max_batch = self._max_batch
         while not stopping:
             waiting = qsize()  # blocks in get() only when idle
             items = [get() for _ in range(min(waiting, max_batch))] if waiting else [get()]
+            was_busy = busy
+            if held_until is not None:  # how long the GIL took to come back after the hold
+                busy = now() - held_until > BUSY_LAG
+            else:  # how long the oldest event waited for the writer
+                first = items[0]
+                busy = bool(hold) and first.__class__ is dict and now() - first["t"] > BUSY_LAG
+            held_until = None
             try:
                 stopping = self._process(items)
             except Exception:  # never let the writer die: the controller relies on it
                 _log.exception("otel-rollout: internal error in the writer thread")
+            if busy and was_busy and not stopping and qsize() < max_batch:
+                # The interpreter is busy (see BUSY_LAG): let events gather, so that the
+                # writer takes the GIL from the controller less often.
+                if self._markers_put == self._markers_taken:  # no flush or close waits
+                    end = now() + hold
+                    if not wake.wait(hold):
+                        held_until = end
+                wake.clear()
         leftovers = [get() for _ in range(qsize())]
         try:
             self._process(leftovers)

@@ -127,6 +127,19 @@ def _interval(raw: str) -> float:
     return _seconds(raw)
 
 
+# A controller that keeps the GIL busy hands it to the writer only every switch interval, and
+# each such forced switch cost this VM's CPU-bound controller ~0.3 ms: the writer's 160-190
+# wakes a second took 5-7% of its throughput (bench/controller.py, 1,000 and 10,000 events/s).
+# Holding 20 ms between writes while busy cut that to 45-50 wakes and the loss to 3-4%.
+WRITER_HOLD: Setting[float] = Setting(
+    "OTEL_ROLLOUT_WRITER_HOLD",
+    0.02,
+    _seconds,
+    "While the process keeps the GIL busy (events waited over 2 ms for the writer), seconds "
+    "the writer lets events gather between writes, taking the GIL less often; 0: never.",
+    zero_ok=True,
+)
+
 # Without a sync the kernel writes the page cache back only after ~30 s
 # (dirty_expire_centisecs): a node crash or power loss takes up to that much of the log.
 # One fdatasync a second costs the drain rate nothing measurable (219k events/s against 217k

@@ -127,6 +127,7 @@ class RolloutTrace:
             capacity=config.QUEUE_SIZE.resolve(capacity),
             max_batch=config.MAX_BATCH.resolve(),
             retry_max_delay=config.RETRY_MAX_DELAY.resolve(),
+            busy_hold=config.WRITER_HOLD.resolve(),
         )
         self._config_fields = config_fields
         self.emit = self._pipeline.make_emit()  # type: ignore[method-assign]  # the pipeline's closure is the fast emit
