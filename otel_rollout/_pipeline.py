@@ -76,14 +76,19 @@ _COUNTED = frozenset(f.name for f in fields(PipelineStats)) - {*_OWN, "other", "
 
 
 #: Seconds an event waited between ``emit`` and the writer taking it past which the writer
-#: counts the interpreter as busy.  A controller that waits on I/O leaves the GIL free and
-#: the writer takes an event ~0.1 ms after it was queued; one that keeps the GIL busy hands
-#: it over only when the switch interval (5 ms) runs out, and each of those forced switches
-#: cost this VM's CPU-bound controller ~0.3 ms (bench/controller.py: the writer's 160-190
-#: wakes a second took 5-7% of its throughput at 1,000 and 10,000 events/s).  Two busy
-#: batches in a row start a hold (config.WRITER_HOLD), so one slow wake on a loaded machine
-#: does not.
+#: counts the interpreter as busy, if this process used at least :data:`BUSY_SHARE` of a
+#: core meanwhile.  A controller that waits on I/O leaves the GIL free and the writer takes
+#: an event ~0.1 ms after it was queued; one that keeps the GIL busy hands it over only when
+#: the switch interval (5 ms) runs out, and each of those forced switches cost this VM's
+#: CPU-bound controller ~0.15-0.3 ms (bench/controller.py: the writer's 160-190 wakes a
+#: second took 5-7% of its throughput at 1,000 and 10,000 events/s).  Two busy batches in a
+#: row start a hold (config.WRITER_HOLD), so one slow wake does not.
 BUSY_LAG = 0.002
+#: The share of a core this process must have used while the writer waited for its wait to
+#: count as the GIL's: on a loaded machine a writer can wait for a core while the
+#: controller sleeps (the export sidecar at 45% of the other core made 2 ms waits common
+#: for a controller emitting 10,000 events/s between sleeps, which uses ~5% of a core).
+BUSY_SHARE = 0.5
 
 
 class Pipeline:
@@ -242,24 +247,33 @@ class Pipeline:
                 _log.exception("otel-rollout: exporters after fork failed; writing the log only")
         get = self._queue.get
         qsize = self._queue.qsize
-        now, hold, wake = time.time, self._busy_hold, self._wake
+        now, cpu, hold, wake = time.time, time.process_time, self._busy_hold, self._wake
         stopping = busy = False
         held_until: float | None = None  # when the last hold was to end, if it ran out
+        since, cpu_since = now(), cpu()  # the writer's last batch was done, or its hold began
         max_batch = self._max_batch
         while not stopping:
             waiting = qsize()  # blocks in get() only when idle
             items = [get() for _ in range(min(waiting, max_batch))] if waiting else [get()]
             was_busy = busy
-            if held_until is not None:  # how long the GIL took to come back after the hold
-                busy = now() - held_until > BUSY_LAG
-            else:  # how long the oldest event waited for the writer
-                first = items[0]
-                busy = bool(hold) and first.__class__ is dict and now() - first["t"] > BUSY_LAG
-            held_until = None
+            if hold:
+                at = now()
+                if held_until is not None:  # how long the GIL took to come back after the hold
+                    late = at - held_until
+                else:  # how long the oldest event waited for the writer
+                    first = items[0]
+                    late = at - first["t"] if first.__class__ is dict else 0.0
+                # Late because this process ran (the GIL was busy), not because a loaded
+                # machine was slow to wake the writer (a hold would not help then).
+                ran = cpu() - cpu_since > BUSY_SHARE * (at - since)
+                busy = late > BUSY_LAG and ran
+                held_until = None
             try:
                 stopping = self._process(items)
             except Exception:  # never let the writer die: the controller relies on it
                 _log.exception("otel-rollout: internal error in the writer thread")
+            if hold:
+                since, cpu_since = now(), cpu()
             if busy and was_busy and not stopping and qsize() < max_batch:
                 # The interpreter is busy (see BUSY_LAG): let events gather, so that the
                 # writer takes the GIL from the controller less often.

@@ -128,12 +128,14 @@ def _interval(raw: str) -> float:
 
 
 # A controller that keeps the GIL busy hands it to the writer only every switch interval, and
-# each such forced switch cost this VM's CPU-bound controller ~0.3 ms: the writer's 160-190
-# wakes a second took 5-7% of its throughput (bench/controller.py, 1,000 and 10,000 events/s).
-# Holding 20 ms between writes while busy cut that to 45-50 wakes and the loss to 3-4%.
+# each such forced switch cost this VM's CPU-bound controller ~0.15-0.3 ms: the writer's
+# 160-190 wakes a second took 5-7% of its throughput (bench/controller.py, 1,000 and 10,000
+# events/s).  In one process at 10,000 events/s, slices in turn (100 each, median and 95%
+# interval): no hold 95.4% (93.8-97.8), 20 ms 96.4% (95.2-98.2), 50 ms 98.3% (96.8-99.2).
+# The price is the lines of such a controller reaching the file up to ~55 ms after emit.
 WRITER_HOLD: Setting[float] = Setting(
     "OTEL_ROLLOUT_WRITER_HOLD",
-    0.02,
+    0.05,
     _seconds,
     "While the process keeps the GIL busy (events waited over 2 ms for the writer), seconds "
     "the writer lets events gather between writes, taking the GIL less often; 0: never.",

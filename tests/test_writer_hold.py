@@ -91,27 +91,39 @@ def test_flush_and_close_end_a_hold_at_once(tmp_path):
     assert result["written"] == list(range(result["emitted"]))
 
 
+_IDLE_EVENTS = 200
 _IDLE = textwrap.dedent(
-    """
-    import sys, time
+    f"""
+    import os, sys, time
     from otel_rollout.trace import RolloutTrace
 
+    if sys.argv[2]:
+        os.sched_setaffinity(0, {{int(sys.argv[2])}})
     trace = RolloutTrace(sys.argv[1])
-    for i in range(40):
+    for i in range({_IDLE_EVENTS}):
         trace.emit("tick", seq=i)
-        time.sleep(0.005)  # waiting on I/O: the GIL is free
+        time.sleep(0.002)  # waiting on I/O: the GIL is free
     print(open(sys.argv[1], "rb").read().count(b'"tick"'), flush=True)
     time.sleep(3600)  # killed by the test before it could close
     """
 )
 
 
-def test_a_controller_waiting_on_io_is_never_held(tmp_path):
+@pytest.mark.parametrize("hog", [False, True], ids=["quiet", "core-shared-with-a-cpu-hog"])
+def test_a_controller_waiting_on_io_is_never_held(tmp_path, hog):
     """With a one-hour hold, a controller that sleeps between events finds each in the file
-    while it still runs (nothing waits for close)."""
+    while it still runs, also when a CPU hog on its core makes the writer wait for the CPU."""
     log = tmp_path / "idle.jsonl"
+    hogs = []
+    cpu = min(os.sched_getaffinity(0))
+    if hog:  # a busy process ahead of the trace's on the one core both are pinned to
+        if os.geteuid() != 0:
+            pytest.skip("needs root, to run the hog at a higher priority than the trace")
+        spin = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nos.nice(-15)\n"
+        spin += "while True: pass"
+        hogs = [subprocess.Popen([sys.executable, "-c", spin, str(cpu)])]
     child = subprocess.Popen(
-        [sys.executable, "-c", _IDLE, str(log)],
+        [sys.executable, "-c", _IDLE, str(log), str(cpu) if hog else ""],
         env=clean_env(OTEL_ROLLOUT_WRITER_HOLD="3600"),
         stdout=subprocess.PIPE,
         text=True,
@@ -120,6 +132,7 @@ def test_a_controller_waiting_on_io_is_never_held(tmp_path):
         assert child.stdout is not None
         seen = int(child.stdout.readline())
     finally:
-        child.kill()
-        child.wait()
-    assert seen >= 39  # the newest may still be on its way
+        for p in [child, *hogs]:
+            p.kill()
+            p.wait()
+    assert seen >= _IDLE_EVENTS - 1  # the newest may still be on its way
