@@ -8,6 +8,7 @@ import sys
 import orjson
 import pytest
 
+from otel_rollout.reader import read_events
 from otel_rollout.testing import TraceBuilder
 
 
@@ -136,6 +137,16 @@ class TestValidate:
         assert f"{trace_file}:{n - 2}: error: missing required field 'new_version'" in out
         assert f"{trace_file}:{n - 1}: error: not valid JSON" in out
         assert f"{trace_file}:{n}: warning: unknown event kind 'future.kind'" in out
+
+    def test_summary_counts_the_events_readers_read(self, cli, trace_file):
+        """The summary's event count leaves out lines every reader skips (they parse but break
+        the schema's rules) and names them, so it equals what read_events yields."""
+        with open(trace_file, "ab") as f:
+            f.write(b'{"t":1,"run_id":"r","event":"weights.sync","replaced_version":-2}\n')
+            f.write(b'{"t":1,"run_id":"r","event":"future.kind"}\n')
+        events = sum(1 for _ in read_events(trace_file))
+        proc = cli("validate", str(trace_file))
+        assert f" {events} events (1 invalid line skipped by readers), " in proc.stderr
 
     def test_torn_last_line_is_a_warning_unless_strict(self, cli, trace_file):
         """A killed writer's torn line warns (exit 0); --strict makes it an error (exit 1)."""

@@ -117,6 +117,10 @@ class _Report:
             sys.stdout.write(f"{self.path}:{lineno}: {severity}: {message}\n")
 
 
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"
+
+
 def run(args: argparse.Namespace) -> int:
     report = _Report(args.file, args.max_report, args.json)
     warn = "error" if args.strict else "warning"
@@ -147,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
 
     reader = trace_reader(args.file, on_skip=on_skip)
     kinds: Counter[str] = Counter()
+    invalid = 0  # lines that parse but break the schema's rules
     sealed: set[str] = set()  # groups sealed so far, for the steps that name them
     order = _SpanOrder() if args.from_spans else None
     for lineno, event in reader.numbered():
@@ -156,10 +161,13 @@ def run(args: argparse.Namespace) -> int:
             settle(f"{event.get('run_id')} (line {lineno})" if starts else None)
         run_id = event.get("run_id")
         last_run[0] = run_id if isinstance(run_id, str) else last_run[0]
-        kinds[str(kind)] += 1
         found = problems(event)
         for problem in found:
             report.add(lineno, warn if problem.startswith(_UNKNOWN) else "error", problem)
+        if any(not problem.startswith(_UNKNOWN) for problem in found):
+            invalid += 1  # an error: every reader skips this line, so it is no event
+            continue
+        kinds[str(kind)] += 1  # an event of a kind not in the schema still is one
         if found:
             continue
         misplaced = order.check(event) if order is not None else None
@@ -177,13 +185,14 @@ def run(args: argparse.Namespace) -> int:
     if torn:  # only blank lines after it: the file's torn last line
         lineno, reason = torn.pop()
         report.add(lineno, warn, reason)
-    check_is_trace(reader, sum(kinds.values()))
+    check_is_trace(reader, sum(kinds.values()) + invalid)
     errors, warnings = report.counts["error"], report.counts["warning"]
     shown = sum(report.counts.values())
     if shown > args.max_report:
         print(f"... {shown - args.max_report} more problems not shown", file=sys.stderr)
     print(
-        f"{args.file}: {reader.lines} lines, {sum(kinds.values())} events, "
+        f"{args.file}: {reader.lines} lines, {sum(kinds.values())} events"
+        f"{f' ({invalid} invalid line{_s(invalid)} skipped by readers)' if invalid else ''}, "
         f"{errors} errors, {warnings} warnings",
         file=sys.stderr,
     )
