@@ -151,3 +151,13 @@ class TestCommand:
         proc = cli("report", str(trace), "-o", str(out))
         assert proc.returncode == 0 and out.read_text().startswith("<!doctype html>")
         assert cli("report", str(tmp_path / "none")).returncode == 2
+
+    def test_a_missing_directory_is_made_and_said(self, tmp_path, cli):
+        """-o into a directory that does not exist makes it and says so on stderr."""
+        trace = two_run_trace().write(tmp_path / "t.jsonl")
+        out = tmp_path / "new" / "deeper" / "r.html"
+        proc = cli("report", str(trace), "-o", str(out))
+        assert proc.returncode == 0 and out.is_file()
+        assert f"(made the directory {out.parent})" in proc.stderr
+        again = cli("report", str(trace), "-o", str(out))
+        assert "made the directory" not in again.stderr

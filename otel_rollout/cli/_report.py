@@ -43,13 +43,15 @@ def run(args: argparse.Namespace) -> int:
     reader = trace_reader(args.file, typed=True)
     data = collect_file(reader)
     check_is_trace(reader, reader.events)
+    made = not args.output.parent.exists()
     try:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         with open(args.output, "w", encoding="utf-8") as out:
             write_html(data, out, Style(args.full_ids))
     except OSError as exc:
         raise CliError(f"cannot write {args.output}: {exc.strerror or exc}") from exc
-    print(f"wrote {args.output}", file=sys.stderr)
+    where = f" (made the directory {args.output.parent})" if made else ""
+    print(f"wrote {args.output}{where}", file=sys.stderr)
     if args.png is not None:
         try:
             for path in write_pngs(data, args.png):
