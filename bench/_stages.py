@@ -3,6 +3,7 @@ writes, its options, how to start and clear the fault), or says why it cannot he
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import socket
@@ -106,6 +107,9 @@ def slow_disk(tmp: Path) -> Stage:
 
     def drain() -> None:
         with open(fifo, "rb", buffering=0) as src, open(copy, "wb") as dst:
+            # The smallest pipe buffer (one page, not 64 KB): the overload shows even when a
+            # loaded machine paces the events well under --rate.
+            fcntl.fcntl(src.fileno(), fcntl.F_SETPIPE_SZ, 4096)
             while chunk := src.read(4096):
                 dst.write(chunk)
                 if slow.is_set():
@@ -113,7 +117,7 @@ def slow_disk(tmp: Path) -> Stage:
 
     drainer = threading.Thread(target=drain, daemon=True)
     drainer.start()
-    stage = Stage(fifo, options={"capacity": 5_000}, inject=lambda tr: slow.set(), clear=slow.clear)
+    stage = Stage(fifo, options={"capacity": 2_000}, inject=lambda tr: slow.set(), clear=slow.clear)
     stage.cleanup = lambda: drainer.join(30)
     stage.readback = copy
     return stage
