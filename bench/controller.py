@@ -12,11 +12,16 @@ function (the same calls, no trace), for:
 Both exports send spans and metrics over OTLP (gRPC) to a receiver in a
 process of its own, at nice 19: it stands for a collector on another machine,
 so it should not take CPU the trainer would have had.  This VM's speed
-drifts by 20-30% over seconds, so each mode runs in one process as 0.5 s
-slices, each traced slice between two no-op slices and compared with their
-mean; a pause after every slice lets what it emitted be written and
-exported before the next one starts.  Each figure is the median ratio over
-the slices, with the middle half of them.  For the
+drifts by 20-30% over seconds, so each mode runs in one process as 0.25 s
+slices, no-op and traced in turn, each traced slice compared with the mean of
+the no-op slices on either side; a pause after every slice lets what it
+emitted be exported before the next one starts (a traced slice ends once the
+trace's writer has written what it emitted: its time counts).  The log alone
+and the sidecar share one process, their slices taken in turn, so that the
+few points between them are measured under the same drift.  Each figure is
+the median ratio over the slices, with a 95% bootstrap interval of that
+median (one slice's ratio swings by ±7%; 160 slices pin the median to about
+±1%).  For the
 sidecar, the lag from an event to its span at the receiver and the sidecar's
 own CPU and peak memory are measured in the same runs.
 
@@ -28,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -42,8 +48,8 @@ sys.path.insert(0, str(HERE))
 MODES = ("jsonl", "inprocess", "sidecar")
 #: Seconds of one slice of the loop, and the pause after it (not measured) in which what it
 #: emitted is written and exported, so that it does not slow the next slice down.
-SLICE = 0.5
-PAUSE = 0.15
+SLICE = 0.25
+PAUSE = 0.1
 RATES = (1000, 10000)
 
 _RECEIVER = """
@@ -71,13 +77,14 @@ def work_unit() -> int:
     return total
 
 
-def one(mode: str, rate: int, seconds: float, endpoint: str, tmp: Path) -> dict[str, Any]:
-    """In this process, with one trace in ``mode``: slices of the controller loop emitting
-    through the trace, each between two slices emitting into a no-op; their ratios."""
+def _open(mode: str, endpoint: str, tmp: Path) -> tuple[Any, int | None]:
+    """A trace in ``mode`` writing under ``tmp``, steady (its sidecar up and following), and
+    its sidecar's pid."""
     import with_otel
 
     from otel_rollout.trace import RolloutTrace
 
+    tmp.mkdir(parents=True, exist_ok=True)
     options: dict[str, Any] = {}
     if mode == "trackers":  # bench/trackers.py: all three trackers, from the sidecar
         os.environ.update(WANDB_MODE="offline", WANDB_DIR=str(tmp), WANDB_SILENT="true")
@@ -97,19 +104,34 @@ def one(mode: str, rate: int, seconds: float, endpoint: str, tmp: Path) -> dict[
         for kind, fields in with_otel.mixed_events(80):
             trace.emit(kind, **fields)
         time.sleep(8.0)  # importing mlflow and wandb, a W&B run's service: ~5 s here
+    return trace, sidecar_pid
+
+
+def one(mode: str, rate: int, seconds: float, endpoint: str, tmp: Path) -> dict[str, Any]:
+    """In this process, with one trace in ``mode``: slices of the controller loop emitting
+    through the trace, each between two slices emitting into a no-op (shared with the traced
+    slices beside them); each traced slice's work over the mean of its two neighbours'.
+
+    ``mode`` may name several modes joined by ``+`` (``jsonl+trackers``): one trace each,
+    their slices taken in turn (no-op, first, no-op, second, no-op, ...), so that the modes
+    are compared under the same drift of this VM's speed; ``ratios_by_mode`` has each."""
+    import with_otel
+
+    modes = mode.split("+")
+    opened = {m: _open(m, endpoint, tmp / m if len(modes) > 1 else tmp) for m in modes}
     time.sleep(0.3)
     slices = max(int(seconds / SLICE), 1)
     events = with_otel.mixed_events(int(rate * SLICE * slices) + rate)
-    position = 0
+    position = dict.fromkeys(modes, 0)
 
     def noop(name: str, /, **fields: Any) -> None:
         pass
 
-    def run_slice(emit: Any) -> float:
+    def run_slice(which: str | None) -> float:
         """One slice; the traced ones go on through the events, the no-op ones reuse them."""
-        nonlocal position
+        emit = opened[which][0].emit if which is not None else noop
         units = emitted = 0
-        base = position if emit is not noop else 0
+        base = position[which] if which is not None else 0
         start = time.perf_counter()
         end = start + SLICE
         while (now := time.perf_counter()) < end:
@@ -119,27 +141,35 @@ def one(mode: str, rate: int, seconds: float, endpoint: str, tmp: Path) -> dict[
             for kind, fields in events[base + emitted : base + emitted + due]:
                 emit(kind, **fields)
             emitted += due
-        if emit is not noop:
-            position += emitted
+        if which is not None:
+            position[which] += emitted
+            # The slice's time includes writing (and, in-process, exporting) what it
+            # emitted: work left to the pause would slow the next no-op slice instead.
+            opened[which][0].flush()
         elapsed = time.perf_counter() - start
         time.sleep(PAUSE)  # what the slice emitted is written and exported before the next
         return units / elapsed
 
-    cpu0, measured = _cpu_seconds(sidecar_pid), 0.0
-    ratios = []
-    for _ in range(slices):
-        before = run_slice(noop)
-        started = time.perf_counter()
-        traced = run_slice(trace.emit)
-        measured += time.perf_counter() - started
-        after = run_slice(noop)
-        ratios.append(traced / ((before + after) / 2))
-    result: dict[str, Any] = {"ratios": ratios}
-    if sidecar_pid is not None:
-        result["sidecar_cpu"] = (_cpu_seconds(sidecar_pid) - cpu0) / measured
-        result["sidecar_peak_mb"] = _peak_mb(sidecar_pid)
+    cpu0 = {m: _cpu_seconds(pid) for m, (_, pid) in opened.items()}
+    measured = dict.fromkeys(modes, 0.0)
+    ratios: dict[str, list[float]] = {m: [] for m in modes}
+    before = run_slice(None)
+    for _ in range(slices):  # no-op, traced, no-op, traced, ...: each no-op slice serves twice
+        for m in modes:
+            started = time.perf_counter()
+            traced = run_slice(m)
+            measured[m] += time.perf_counter() - started
+            after = run_slice(None)
+            ratios[m].append(traced / ((before + after) / 2))
+            before = after
+    result: dict[str, Any] = {"ratios": ratios[modes[0]], "ratios_by_mode": ratios}
+    for m, (_, pid) in opened.items():
+        if pid is not None:  # its work while its slices ran and in the pauses after them
+            result["sidecar_cpu"] = (_cpu_seconds(pid) - cpu0[m]) / measured[m]
+            result["sidecar_peak_mb"] = _peak_mb(pid)
     closing = time.perf_counter()
-    trace.close()
+    for trace, _ in opened.values():
+        trace.close()
     result["close_s"] = time.perf_counter() - closing
     return result
 
@@ -177,19 +207,22 @@ def measure(seconds: float) -> dict[str, Any]:
 
     try:
         for rate in RATES:
-            for mode in MODES:
-                print(f"  {mode} at {rate:,} events/s", file=sys.stderr)
+            # The log alone and the sidecar take slices in turn in one process (see one()):
+            # they differ by a few points, which this VM's drift over minutes would swamp.
+            for group in ("jsonl+sidecar", "inprocess"):
+                print(f"  {group} at {rate:,} events/s", file=sys.stderr)
                 receiver.stdin.write("reset\n")
                 receiver.stdin.flush()
                 with tempfile.TemporaryDirectory() as d:
-                    command = [sys.executable, __file__, "--one", mode, str(rate), str(seconds)]
+                    command = [sys.executable, __file__, "--one", group, str(rate), str(seconds)]
                     out = subprocess.run(
                         [*command, endpoint, d], env=env, capture_output=True, text=True, check=True
                     )
                 result = json.loads(out.stdout)
-                runs[f"{mode}@{rate}"] = [result]
-                ratios[f"{mode}@{rate}"] = result["ratios"]
-                if mode == "sidecar":
+                for mode, mode_ratios in result["ratios_by_mode"].items():
+                    runs[f"{mode}@{rate}"] = [result]
+                    ratios[f"{mode}@{rate}"] = mode_ratios
+                if "sidecar" in group:
                     receiver.stdin.write("lags\n")
                     receiver.stdin.flush()
                     lags[rate] += json.loads(receiver.stdout.readline())["lags"]
@@ -249,6 +282,13 @@ def kill_spans(kills: int) -> list[float]:
     return times
 
 
+def median_ci(ratios: list[float], draws: int = 2000) -> tuple[float, float]:
+    """A 95% bootstrap interval of the median of ``ratios`` (fixed seed: reruns agree)."""
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(draws))
+    return medians[int(draws * 0.025)], medians[int(draws * 0.975) - 1]
+
+
 def summarize(raw: dict[str, Any]) -> dict[str, Any]:
     runs = raw["runs"]
     out: dict[str, Any] = {"share": {}, "sidecar": {}}
@@ -259,6 +299,9 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
         out.setdefault("spread", {})[rate] = {  # the middle half of the slices
             mode: tuple(statistics.quantiles(raw["ratios"][f"{mode}@{rate}"], n=4)[::2])
             for mode in MODES
+        }
+        out.setdefault("ci95", {})[rate] = {
+            mode: median_ci(raw["ratios"][f"{mode}@{rate}"]) for mode in MODES
         }
         side = runs[f"sidecar@{rate}"]
         lag = sorted(raw["lags"][rate])
@@ -279,8 +322,8 @@ def table(s: dict[str, Any]) -> str:
         "|---:|---:|---:|---:|",
     ]
     for rate in RATES:
-        share, spread = s["share"][rate], s["spread"][rate]
-        cells = [f"{share[m]:.1%} ({spread[m][0]:.0%}–{spread[m][1]:.0%})" for m in MODES]
+        share, ci = s["share"][rate], s["ci95"][rate]
+        cells = [f"{share[m]:.1%} ({ci[m][0]:.1%}–{ci[m][1]:.1%})" for m in MODES]
         rows.append(f"| {rate:,} | " + " | ".join(cells) + " |")
     rows += [
         "",
@@ -320,7 +363,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="4 s of slices per mode and rate")
     parser.add_argument(
-        "--seconds", type=float, default=20.0, help="seconds of traced slices per mode and rate"
+        "--seconds", type=float, default=40.0, help="seconds of traced slices per mode and rate"
     )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()

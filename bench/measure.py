@@ -73,8 +73,12 @@ def latency(
     seconds: float,
     makers: dict[str, Writer],
     events: list[tuple[str, dict[str, Any]]] | None = None,
+    busy: bool = False,
 ) -> dict[str, tuple[float, float]]:
-    """p50/p99 ms from emit to the line being readable, tailed by another process."""
+    """p50/p99 ms from emit to the line being readable, tailed by another process.
+
+    The emitter waits for each millisecond's events with ``sleep`` (a controller waiting
+    on I/O), or with ``busy`` in pure-Python work that never gives the GIL up."""
     per_ms = max(1, rate // 1000)
     ticks = int(seconds * 1000)
     events = events or [("bench.tick", FIELDS)] * (ticks * per_ms)
@@ -92,7 +96,10 @@ def latency(
                 for tick in range(ticks):
                     target = start + tick / 1000
                     while (now := time.perf_counter()) < target:
-                        time.sleep(min(target - now, 0.0005))
+                        if busy:
+                            sum(i * i for i in range(50))  # ~5 us of Python, GIL held
+                        else:
+                            time.sleep(min(target - now, 0.0005))
                     for kind, fields in events[tick * per_ms : (tick + 1) * per_ms]:
                         writer.emit(kind, **fields)
                 writer.emit("bench.end")

@@ -256,7 +256,7 @@ def main() -> None:
     if args.only == "trackers":
         import trackers
 
-        figures = {"trackers": trackers.figures(2.0 if args.quick else 20.0)}
+        figures = {"trackers": trackers.figures(2.0 if args.quick else 40.0)}
         print(trackers.report(figures["trackers"]))
         if args.json:
             args.json.write_text(json.dumps(figures, indent=2))
@@ -315,7 +315,7 @@ def main() -> None:
         print("the read commands as whole processes ...", file=sys.stderr)
         figures["read_side"] = read_side.figures(trace, lines, 1 if args.quick else 3)
     print("a controller's lost throughput, by export mode ...", file=sys.stderr)
-    figures["controller"] = controller.figures(1.0 if args.quick else 20.0, 1 if args.quick else 5)
+    figures["controller"] = controller.figures(1.0 if args.quick else 40.0, 1 if args.quick else 5)
     _table(figures, lines, size_mb, steps)
     _fsync_table(figures["fsync"])
     print()

@@ -56,29 +56,32 @@ def throughput(
         env["BENCH_TRACKERS"] = specs
     out: dict[str, Any] = {}
     for rate in rates:
+        # One process, the log alone and the trackers taking slices in turn (controller.one):
+        # this VM's speed drifts by several points over minutes, which separate runs of the
+        # two modes measured as a difference between them.
+        print(f"  the log alone and trackers on, in turn, at {rate:,} events/s", file=sys.stderr)
+        with tempfile.TemporaryDirectory() as d:
+            paired = "+".join(MODES)
+            command = [sys.executable, str(HERE / "controller.py"), "--one", paired, str(rate)]
+            done = subprocess.run(
+                [*command, str(seconds), "unused", d],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+                cwd=d,
+            )
+            rows = _rows_logged(Path(d) / "trackers")
+        result = json.loads(done.stdout)
         for mode in MODES:
-            print(f"  {mode} at {rate:,} events/s", file=sys.stderr)
-            with tempfile.TemporaryDirectory() as d:
-                command = [sys.executable, str(HERE / "controller.py"), "--one", mode, str(rate)]
-                done = subprocess.run(
-                    [*command, str(seconds), "unused", d],
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                    cwd=d,
-                )
-                rows = _rows_logged(Path(d))
-            result = json.loads(done.stdout)
-            ratios = result["ratios"]
-            quartiles = statistics.quantiles(ratios, n=4)
+            ratios = result["ratios_by_mode"][mode]
             out[f"{mode}@{rate}"] = {
                 "share": statistics.median(ratios),
-                "spread": (quartiles[0], quartiles[2]),
-                "sidecar_cpu": result.get("sidecar_cpu"),
-                "sidecar_peak_mb": result.get("sidecar_peak_mb"),
+                "ci95": controller.median_ci(ratios),
+                "sidecar_cpu": result.get("sidecar_cpu") if mode == "trackers" else None,
+                "sidecar_peak_mb": result.get("sidecar_peak_mb") if mode == "trackers" else None,
                 "close_s": result["close_s"],
-                "tensorboard_steps": rows,
+                "tensorboard_steps": rows if mode == "trackers" else 0,
             }
     return out
 
@@ -169,7 +172,12 @@ def lag(seconds: float) -> dict[str, Any]:
 
         makers = {"log only": RolloutTrace, "trackers on": with_trackers}
         events = with_otel.mixed_events(int(10_000 * seconds) + 100)
-        return measure.latency(tmp, 10_000, seconds, makers, events)
+        waiting = measure.latency(tmp, 10_000, seconds, makers, events)
+        busy = measure.latency(tmp, 10_000, seconds, makers, events, busy=True)
+        return {
+            **{f"{name}, waiting on I/O": v for name, v in waiting.items()},
+            **{f"{name}, GIL kept busy": v for name, v in busy.items()},
+        }
 
 
 def figures(seconds: float) -> dict[str, Any]:
@@ -183,7 +191,7 @@ def report(f: dict[str, Any]) -> str:
     ]
     for rate in controller.RATES:
         log, on = f["throughput"][f"jsonl@{rate}"], f["throughput"][f"trackers@{rate}"]
-        cells = [f"{r['share']:.1%} ({r['spread'][0]:.0%}–{r['spread'][1]:.0%})" for r in (log, on)]
+        cells = [f"{r['share']:.1%} ({r['ci95'][0]:.1%}–{r['ci95'][1]:.1%})" for r in (log, on)]
         rows.append(
             f"| {rate:,} | {cells[0]} | {cells[1]} | {on['sidecar_cpu']:.0%} of a core | "
             f"{on['tensorboard_steps']:,} |"
@@ -197,7 +205,7 @@ def report(f: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 s of slices per mode and rate")
-    parser.add_argument("--seconds", type=float, default=20.0, help="traced seconds per mode")
+    parser.add_argument("--seconds", type=float, default=40.0, help="traced seconds per mode")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument(
         "--each", nargs="*", choices=sorted(EACH), help="each tracker alone at 10,000 events/s"
