@@ -3,6 +3,7 @@ writes, its options, how to start and clear the fault), or says why it cannot he
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -109,7 +110,8 @@ def slow_disk(tmp: Path) -> Stage:
         with open(fifo, "rb", buffering=0) as src, open(copy, "wb") as dst:
             # The smallest pipe buffer (one page, not 64 KB): the overload shows even when a
             # loaded machine paces the events well under --rate.
-            fcntl.fcntl(src.fileno(), fcntl.F_SETPIPE_SZ, 4096)
+            with contextlib.suppress(OSError):  # EBUSY if the writer filled more already
+                fcntl.fcntl(src.fileno(), fcntl.F_SETPIPE_SZ, 4096)
             while chunk := src.read(4096):
                 dst.write(chunk)
                 if slow.is_set():

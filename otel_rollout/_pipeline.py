@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from queue import SimpleQueue
+from queue import Empty, SimpleQueue
 from typing import Any
 
 from .exporters import CountingExporter, EventExporter, LogExporter
@@ -126,7 +126,10 @@ class Pipeline:
         self._lock = threading.RLock()
         self._markers_put = 0  # flush markers and the stop sentinel queued (callers' side)
         self._markers_taken = 0  # ...and taken (writer's side)
-        self._wake = threading.Event()  # ends the writer's busy hold early (flush, close)
+        # Ends the writer's busy hold early (flush, close).  A SimpleQueue, not an Event:
+        # its put takes no lock, so a SIGTERM handler that closes the trace cannot deadlock
+        # on a flush it interrupted.
+        self._wake: SimpleQueue[None] = SimpleQueue()
         self._drops_reported = 0  # queue-full drops already handed to a trace.dropped line
         self._drops_carried = 0  # drops whose report was lost in a failed write
         self._give_up_at: float | None = None  # set by close: stop retrying a failing log then
@@ -187,7 +190,7 @@ class Pipeline:
         with self._lock:
             self._markers_put += 1
         self._queue.put(done)
-        self._wake.set()
+        self._wake.put(None)
         deadline = None if timeout is None else time.monotonic() + timeout
         while not done.wait(0.05):
             if not self._thread.is_alive():
@@ -216,7 +219,7 @@ class Pipeline:
             # Leave the writer a tenth of the time to count what a failing log could not take.
             self._give_up_at = time.monotonic() + 0.9 * timeout
             self._queue.put(_STOP)
-            self._wake.set()
+            self._wake.put(None)
         self._thread.join(timeout)
         if self._thread.is_alive():
             _log.warning(
@@ -247,33 +250,37 @@ class Pipeline:
                 _log.exception("otel-rollout: exporters after fork failed; writing the log only")
         get = self._queue.get
         qsize = self._queue.qsize
-        now, cpu, hold, wake = time.time, time.process_time, self._busy_hold, self._wake
+        now, clock, cpu = time.time, time.monotonic, time.process_time
+        hold, wake = self._busy_hold, self._wake
         stopping = busy = False
-        held_until: float | None = None  # when the last hold was to end, if it ran out
-        since, cpu_since = now(), cpu()  # the writer's last batch was done, or its hold began
+        held_until: float | None = None  # when the last hold was to end (clock), if it ran out
+        since, cpu_since = clock(), cpu()  # the writer's last batch was done, or its hold began
         max_batch = self._max_batch
         while not stopping:
             waiting = qsize()  # blocks in get() only when idle
             items = [get() for _ in range(min(waiting, max_batch))] if waiting else [get()]
             was_busy = busy
-            if hold:
-                at = now()
-                if held_until is not None:  # how long the GIL took to come back after the hold
-                    late = at - held_until
-                else:  # how long the oldest event waited for the writer
-                    first = items[0]
-                    late = at - first["t"] if first.__class__ is dict else 0.0
-                # Late because this process ran (the GIL was busy), not because a loaded
-                # machine was slow to wake the writer (a hold would not help then).
-                ran = cpu() - cpu_since > BUSY_SHARE * (at - since)
-                busy = late > BUSY_LAG and ran
-                held_until = None
             try:
+                if hold:
+                    at, at_clock = now(), clock()
+                    first = items[0]
+                    emitted = first.get("t", at) if first.__class__ is dict else at
+                    # How long the writer waited: for the oldest event, or, after a hold,
+                    # for the GIL to come back (whichever is shorter: an event may have
+                    # come after the hold ended).
+                    late = at - emitted
+                    if held_until is not None:
+                        late = min(late, at_clock - held_until)
+                    # Late because this process ran (the GIL was busy), not because a
+                    # loaded machine was slow to wake the writer (a hold would not help).
+                    ran = cpu() - cpu_since >= BUSY_SHARE * (at_clock - since)
+                    busy = late > BUSY_LAG and ran
+                    held_until = None
                 stopping = self._process(items)
             except Exception:  # never let the writer die: the controller relies on it
                 _log.exception("otel-rollout: internal error in the writer thread")
             if hold:
-                since, cpu_since = now(), cpu()
+                since, cpu_since = clock(), cpu()
             # Only a writer of the log alone holds: with exporters in this process (spans
             # made in-process, ~50 us an event) the writer's own work is what keeps the
             # GIL busy, and holding only delayed the log (bench/faults.py, in-process
@@ -281,11 +288,14 @@ class Pipeline:
             if busy and was_busy and not stopping and not self.exporters and qsize() < max_batch:
                 # The interpreter is busy (see BUSY_LAG): let events gather, so that the
                 # writer takes the GIL from the controller less often.
+                while not wake.empty():  # a wake left by a flush already done is spent
+                    wake.get_nowait()
                 if self._markers_put == self._markers_taken:  # no flush or close waits
-                    end = now() + hold
-                    if not wake.wait(hold):
+                    end = clock() + hold
+                    try:
+                        wake.get(timeout=hold)  # flush() and close() end it at once
+                    except Empty:
                         held_until = end
-                wake.clear()
         leftovers = [get() for _ in range(qsize())]
         try:
             self._process(leftovers)

@@ -30,6 +30,7 @@ __all__ = [
     "SPAN_HOLD_BYTES",
     "TRACKERS",
     "WATCH_INTERVAL",
+    "WRITER_HOLD",
     "Setting",
 ]
 
@@ -132,13 +133,15 @@ def _interval(raw: str) -> float:
 # 160-190 wakes a second took 5-7% of its throughput (bench/controller.py, 1,000 and 10,000
 # events/s).  In one process at 10,000 events/s, slices in turn (100 each, median and 95%
 # interval): no hold 95.4% (93.8-97.8), 20 ms 96.4% (95.2-98.2), 50 ms 98.3% (96.8-99.2).
-# The price is the lines of such a controller reaching the file up to ~55 ms after emit.
+# The price: such a controller's lines reach the file 31-34 ms after emit at the median and
+# 62-67 ms at p99 (bench/trackers.py), against ~5 ms with no hold.
 WRITER_HOLD: Setting[float] = Setting(
     "OTEL_ROLLOUT_WRITER_HOLD",
     0.05,
     _seconds,
-    "While the process keeps the GIL busy (events waited over 2 ms for the writer), seconds "
-    "the writer lets events gather between writes, taking the GIL less often; 0: never.",
+    "Seconds the writer lets events gather between writes while the controller keeps the GIL "
+    "busy (two batches in a row waited over 2 ms for the writer while the process used half a "
+    "core or more; never with exporters in the process), taking the GIL less often; 0: never.",
     zero_ok=True,
 )
 
@@ -255,6 +258,7 @@ SETTINGS: tuple[Setting, ...] = (
     MAX_EVENT_BYTES,
     MAX_LINE_BYTES,
     FSYNC_INTERVAL,
+    WRITER_HOLD,
     HANDLE_SIGTERM,
     EXPORT_MODE,
     SIDECAR_LINGER,

@@ -86,6 +86,7 @@ def test_a_busy_controller_is_written_for_less_often_and_loses_nothing(tmp_path)
 def test_flush_and_close_end_a_hold_at_once(tmp_path):
     """A 60 s hold under a busy controller does not make flush() or close() wait it out."""
     result = _busy(tmp_path, "60", seconds=0.5)
+    assert result["writes"] < 10, result  # the writer was holding when flush() came
     assert result["flushed"] is True
     assert result["flush_s"] < 20 and result["close_s"] < 20, result
     assert result["written"] == list(range(result["emitted"]))

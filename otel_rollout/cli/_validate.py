@@ -117,8 +117,14 @@ class _Report:
             sys.stdout.write(f"{self.path}:{lineno}: {severity}: {message}\n")
 
 
-def _s(n: int) -> str:
-    return "" if n == 1 else "s"
+def _aside(invalid: int, unknown: int) -> str:
+    """What the summary's event count leaves out: lines no reader reads."""
+    parts = []
+    if invalid:
+        parts.append(f"{invalid} invalid line{'' if invalid == 1 else 's'} skipped by readers")
+    if unknown:
+        parts.append(f"{unknown} of unknown kind{'' if unknown == 1 else 's'} passed over")
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -152,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
     reader = trace_reader(args.file, on_skip=on_skip)
     kinds: Counter[str] = Counter()
     invalid = 0  # lines that parse but break the schema's rules
+    unknown = 0  # events of kinds this version does not know
     sealed: set[str] = set()  # groups sealed so far, for the steps that name them
     order = _SpanOrder() if args.from_spans else None
     for lineno, event in reader.numbered():
@@ -167,9 +174,10 @@ def run(args: argparse.Namespace) -> int:
         if any(not problem.startswith(_UNKNOWN) for problem in found):
             invalid += 1  # an error: every reader skips this line, so it is no event
             continue
-        kinds[str(kind)] += 1  # an event of a kind not in the schema still is one
-        if found:
+        if found:  # of a kind this version does not know: readers pass it over
+            unknown += 1
             continue
+        kinds[str(kind)] += 1
         misplaced = order.check(event) if order is not None else None
         if misplaced is not None:
             report.add(lineno, "error", misplaced)
@@ -185,14 +193,14 @@ def run(args: argparse.Namespace) -> int:
     if torn:  # only blank lines after it: the file's torn last line
         lineno, reason = torn.pop()
         report.add(lineno, warn, reason)
-    check_is_trace(reader, sum(kinds.values()) + invalid)
+    check_is_trace(reader, sum(kinds.values()) + invalid + unknown)
     errors, warnings = report.counts["error"], report.counts["warning"]
     shown = sum(report.counts.values())
     if shown > args.max_report:
         print(f"... {shown - args.max_report} more problems not shown", file=sys.stderr)
     print(
         f"{args.file}: {reader.lines} lines, {sum(kinds.values())} events"
-        f"{f' ({invalid} invalid line{_s(invalid)} skipped by readers)' if invalid else ''}, "
+        f"{_aside(invalid, unknown)}, "
         f"{errors} errors, {warnings} warnings",
         file=sys.stderr,
     )
