@@ -18,9 +18,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from queue import Empty, SimpleQueue
+from queue import SimpleQueue
 from typing import Any
 
+from ._hold import Hold
 from .exporters import CountingExporter, EventExporter, LogExporter
 
 _log = logging.getLogger("otel_rollout")
@@ -75,22 +76,6 @@ _OWN = ("written", "dropped_queue_full", "dropped_write_error", "renamed_fields"
 _COUNTED = frozenset(f.name for f in fields(PipelineStats)) - {*_OWN, "other", "queued"}
 
 
-#: Seconds an event waited between ``emit`` and the writer taking it past which the writer
-#: counts the interpreter as busy, if this process used at least :data:`BUSY_SHARE` of a
-#: core meanwhile.  A controller that waits on I/O leaves the GIL free and the writer takes
-#: an event ~0.1 ms after it was queued; one that keeps the GIL busy hands it over only when
-#: the switch interval (5 ms) runs out, and each of those forced switches cost this VM's
-#: CPU-bound controller ~0.15-0.3 ms (bench/controller.py: the writer's 160-190 wakes a
-#: second took 5-7% of its throughput at 1,000 and 10,000 events/s).  Two busy batches in a
-#: row start a hold (config.WRITER_HOLD), so one slow wake does not.
-BUSY_LAG = 0.002
-#: The share of a core this process must have used while the writer waited for its wait to
-#: count as the GIL's: on a loaded machine a writer can wait for a core while the
-#: controller sleeps (the export sidecar at 45% of the other core made 2 ms waits common
-#: for a controller emitting 10,000 events/s between sleeps, which uses ~5% of a core).
-BUSY_SHARE = 0.5
-
-
 class Pipeline:
     """Moves events from the caller's queue to the exporters on a daemon thread."""
 
@@ -126,10 +111,7 @@ class Pipeline:
         self._lock = threading.RLock()
         self._markers_put = 0  # flush markers and the stop sentinel queued (callers' side)
         self._markers_taken = 0  # ...and taken (writer's side)
-        # Ends the writer's busy hold early (flush, close).  A SimpleQueue, not an Event:
-        # its put takes no lock, so a SIGTERM handler that closes the trace cannot deadlock
-        # on a flush it interrupted.
-        self._wake: SimpleQueue[None] = SimpleQueue()
+        self._hold = Hold(self._busy_hold)  # between writes while the GIL is busy
         self._drops_reported = 0  # queue-full drops already handed to a trace.dropped line
         self._drops_carried = 0  # drops whose report was lost in a failed write
         self._give_up_at: float | None = None  # set by close: stop retrying a failing log then
@@ -190,7 +172,7 @@ class Pipeline:
         with self._lock:
             self._markers_put += 1
         self._queue.put(done)
-        self._wake.put(None)
+        self._hold.wake()
         deadline = None if timeout is None else time.monotonic() + timeout
         while not done.wait(0.05):
             if not self._thread.is_alive():
@@ -219,7 +201,7 @@ class Pipeline:
             # Leave the writer a tenth of the time to count what a failing log could not take.
             self._give_up_at = time.monotonic() + 0.9 * timeout
             self._queue.put(_STOP)
-            self._wake.put(None)
+            self._hold.wake()
         self._thread.join(timeout)
         if self._thread.is_alive():
             _log.warning(
@@ -250,52 +232,24 @@ class Pipeline:
                 _log.exception("otel-rollout: exporters after fork failed; writing the log only")
         get = self._queue.get
         qsize = self._queue.qsize
-        now, clock, cpu = time.time, time.monotonic, time.process_time
-        hold, wake = self._busy_hold, self._wake
-        stopping = busy = False
-        held_until: float | None = None  # when the last hold was to end (clock), if it ran out
-        since, cpu_since = clock(), cpu()  # the writer's last batch was done, or its hold began
+        hold = self._hold
+        stopping = False
         max_batch = self._max_batch
         while not stopping:
             waiting = qsize()  # blocks in get() only when idle
             items = [get() for _ in range(min(waiting, max_batch))] if waiting else [get()]
-            was_busy = busy
             try:
-                if hold:
-                    at, at_clock = now(), clock()
-                    first = items[0]
-                    emitted = first.get("t", at) if first.__class__ is dict else at
-                    # How long the writer waited: for the oldest event, or, after a hold,
-                    # for the GIL to come back (whichever is shorter: an event may have
-                    # come after the hold ended).
-                    late = at - emitted
-                    if held_until is not None:
-                        late = min(late, at_clock - held_until)
-                    # Late because this process ran (the GIL was busy), not because a
-                    # loaded machine was slow to wake the writer (a hold would not help).
-                    ran = cpu() - cpu_since >= BUSY_SHARE * (at_clock - since)
-                    busy = late > BUSY_LAG and ran
-                    held_until = None
+                hold.taken(items[0])
                 stopping = self._process(items)
             except Exception:  # never let the writer die: the controller relies on it
                 _log.exception("otel-rollout: internal error in the writer thread")
-            if hold:
-                since, cpu_since = clock(), cpu()
+            hold.done()
             # Only a writer of the log alone holds: with exporters in this process (spans
             # made in-process, ~50 us an event) the writer's own work is what keeps the
             # GIL busy, and holding only delayed the log (bench/faults.py, in-process
             # export at up to 20,000 events/s: the log's p99 lag 54 ms against 3 ms).
-            if busy and was_busy and not stopping and not self.exporters and qsize() < max_batch:
-                # The interpreter is busy (see BUSY_LAG): let events gather, so that the
-                # writer takes the GIL from the controller less often.
-                while not wake.empty():  # a wake left by a flush already done is spent
-                    wake.get_nowait()
-                if self._markers_put == self._markers_taken:  # no flush or close waits
-                    end = clock() + hold
-                    try:
-                        wake.get(timeout=hold)  # flush() and close() end it at once
-                    except Empty:
-                        held_until = end
+            if hold.due() and not stopping and not self.exporters and qsize() < max_batch:
+                hold.wait(lambda: self._markers_put != self._markers_taken)
         leftovers = [get() for _ in range(qsize())]
         try:
             self._process(leftovers)

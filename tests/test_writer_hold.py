@@ -12,11 +12,14 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from conftest import clean_env
 
+from otel_rollout._hold import Hold
 from otel_rollout.reader import read_events
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="needs /proc/self/io")
@@ -192,3 +195,87 @@ def test_a_writer_with_exporters_in_this_process_never_holds(tmp_path):
         child.kill()
         child.wait()
     assert written == emitted > 1000
+
+
+class Clocks:
+    """The wall clock, a monotonic clock and this process's CPU time, moved by the test."""
+
+    def __init__(self) -> None:
+        self.t, self.mono, self.used = 1000.0, 0.0, 0.0
+
+    def run(self, seconds: float, cpu_share: float) -> None:
+        self.t += seconds
+        self.mono += seconds
+        self.used += seconds * cpu_share
+
+    def hold(self, seconds: float) -> Hold:
+        return Hold(seconds, now=lambda: self.t, clock=lambda: self.mono, cpu=lambda: self.used)
+
+
+def _batch(clocks: Clocks, hold: Hold, waited: float, cpu_share: float) -> None:
+    """One batch: its oldest event was emitted, then the writer waited ``waited`` s for it
+    while the process used ``cpu_share`` of a core; the batch is written at once."""
+    event = {"t": clocks.t, "event": "tick"}
+    clocks.run(waited, cpu_share)
+    hold.taken(event)
+    hold.done()
+
+
+@pytest.mark.parametrize(
+    ("waited", "cpu_share", "due"),
+    [
+        (0.005, 1.0, True),  # a busy GIL: the switch interval's wait, the process running
+        (0.005, 0.05, False),  # the writer waited for a core while the controller slept
+        (0.0001, 1.0, False),  # taken at once: the GIL was free
+    ],
+    ids=["gil-busy", "machine-busy", "gil-free"],
+)
+def test_the_hold_is_due_only_after_two_batches_that_waited_on_a_busy_gil(waited, cpu_share, due):
+    """Holding starts after two batches in a row waited over 2 ms while this process used
+    half a core or more, and for nothing else."""
+    clocks = Clocks()
+    hold = clocks.hold(0.05)
+    _batch(clocks, hold, waited, cpu_share)
+    assert not hold.due()  # one batch is not enough
+    _batch(clocks, hold, waited, cpu_share)
+    assert hold.due() is due
+
+
+def test_a_free_gil_after_a_hold_ends_holding_and_zero_never_holds():
+    """After a hold, the wait that counts is the GIL's return, not the events' (they waited
+    the whole hold): a GIL back at once ends holding.  A hold of 0 never holds."""
+    clocks = Clocks()
+    hold = clocks.hold(0.01)
+    for _ in range(2):
+        _batch(clocks, hold, 0.005, 1.0)
+    assert hold.due()
+    event = {"t": clocks.t, "event": "tick"}  # emitted as the hold began
+    hold.wait(lambda: False)  # (10 ms of real time: it runs out)
+    clocks.run(0.01, 1.0)  # the hold's time on the test's clocks
+    clocks.run(0.0001, 1.0)  # the GIL came back at once
+    hold.taken(event)
+    assert not hold.due()
+    never = clocks.hold(0.0)
+    for _ in range(3):
+        _batch(clocks, never, 0.005, 1.0)
+    assert not never.due()
+
+
+def test_a_wake_ends_a_hold_and_a_queued_flush_skips_it():
+    """wake() ends a long hold at once (from another thread), a hold asked to skip (a flush
+    or close queued) does not wait at all, and a wake left over from before does not end
+    the next hold."""
+    stale = Hold(0.2)
+    stale.wake()
+    start = time.monotonic()
+    stale.wait(lambda: False)
+    assert time.monotonic() - start >= 0.15
+    hold = Hold(60.0)
+    waker = threading.Timer(0.2, hold.wake)
+    start = time.monotonic()
+    waker.start()
+    hold.wait(lambda: False)
+    assert time.monotonic() - start < 30
+    start = time.monotonic()
+    hold.wait(lambda: True)
+    assert time.monotonic() - start < 30

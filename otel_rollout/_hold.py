@@ -1,0 +1,101 @@
+"""When the writer thread waits between writes: only while the controller keeps the GIL busy.
+
+A controller that waits on I/O leaves the GIL free, and the writer takes an event
+~0.1 ms after it was queued.  One that keeps the GIL busy hands it over only when
+the interpreter's switch interval (5 ms) runs out, and each of those forced
+switches cost this VM's CPU-bound controller 0.15-0.3 ms: the writer's 160-190
+wakes a second took 5-7% of its throughput at 1,000 and 10,000 events/s
+(bench/controller.py).  While that is so, the writer lets events gather for
+``config.WRITER_HOLD`` seconds between writes (:meth:`Hold.wait`), and takes the
+GIL ~18 times a second instead.  ``flush()`` and ``close()`` end a hold at once
+(:meth:`Hold.wake`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from queue import Empty, SimpleQueue
+from typing import Any
+
+__all__ = ["BUSY_LAG", "BUSY_SHARE", "Hold"]
+
+#: Seconds the writer waited (for the oldest event's turn, or for the GIL after a hold)
+#: past which it counts the GIL as busy, if this process also used :data:`BUSY_SHARE` of a
+#: core meanwhile.  Two busy batches in a row start holding, so one slow wake does not.
+BUSY_LAG = 0.002
+#: The share of a core this process must have used while the writer waited for its wait to
+#: count as the GIL's: on a loaded machine a writer can wait for a core while the
+#: controller sleeps (the export sidecar at 45% of the other core made 2 ms waits common
+#: for a controller emitting 10,000 events/s between sleeps, which uses ~5% of a core).
+BUSY_SHARE = 0.5
+
+
+class Hold:
+    """The writer's hold policy: call :meth:`taken` with each batch's oldest item, then
+    :meth:`done` once it is written; hold with :meth:`wait` while :meth:`due`.
+
+    ``seconds`` 0 turns holding off.  The clocks are parameters so that tests can
+    drive them: ``now`` is the clock events are stamped with, ``clock`` a monotonic
+    one, ``cpu`` this process's CPU time.
+    """
+
+    def __init__(
+        self,
+        seconds: float,
+        *,
+        now: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
+        cpu: Callable[[], float] = time.process_time,
+    ) -> None:
+        self.seconds = seconds
+        # A SimpleQueue, not an Event: its put takes no lock, so a SIGTERM handler that
+        # closes the trace cannot deadlock on a flush() it interrupted.
+        self._wake: SimpleQueue[None] = SimpleQueue()
+        self._now, self._clock, self._cpu = now, clock, cpu
+        self._busy = self._was_busy = False
+        self._held_until: float | None = None  # when the last hold was to end, if it ran out
+        self._since, self._cpu_since = clock(), cpu()  # the last batch written, or hold begun
+
+    def taken(self, first: Any) -> None:
+        """The writer took a batch whose oldest item is ``first`` (an event dict, or a
+        flush or stop marker): was it kept waiting by a busy GIL?"""
+        if not self.seconds:
+            return
+        at, at_clock = self._now(), self._clock()
+        emitted = first.get("t", at) if first.__class__ is dict else at
+        late = at - emitted  # the oldest event's wait for the writer
+        if self._held_until is not None:  # ...or the GIL's return after the hold, if shorter
+            late = min(late, at_clock - self._held_until)  # (an event may come after it)
+            self._held_until = None
+        # Late because this process ran (the GIL was busy), not because a loaded machine
+        # was slow to give the writer a core (a hold would not help then).
+        ran = self._cpu() - self._cpu_since >= BUSY_SHARE * (at_clock - self._since)
+        self._was_busy, self._busy = self._busy, late > BUSY_LAG and ran
+
+    def done(self) -> None:
+        """The batch is written."""
+        if self.seconds:
+            self._since, self._cpu_since = self._clock(), self._cpu()
+
+    def due(self) -> bool:
+        """Two batches in a row found the GIL busy."""
+        return self._busy and self._was_busy
+
+    def wait(self, asked: Callable[[], bool]) -> None:
+        """Hold ``seconds``, or less if :meth:`wake` is called; not at all if ``asked()``
+        (a flush or close is already queued: asked after the old wakes are spent, so that
+        one queued meanwhile still finds its wake)."""
+        while not self._wake.empty():  # a wake left by a flush already done is spent
+            self._wake.get_nowait()
+        if asked():
+            return
+        end = self._clock() + self.seconds
+        try:
+            self._wake.get(timeout=self.seconds)
+        except Empty:
+            self._held_until = end
+
+    def wake(self) -> None:
+        """End a hold now (a flush or close was queued); safe from a signal handler."""
+        self._wake.put(None)
