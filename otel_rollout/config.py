@@ -128,11 +128,9 @@ def _interval(raw: str) -> float:
     return _seconds(raw)
 
 
-# A controller that keeps the GIL busy hands it to the writer only every switch interval, and
-# each such forced switch cost this VM's CPU-bound controller ~0.15-0.3 ms: the writer's
-# 160-190 wakes a second took 5-7% of its throughput (bench/controller.py, 1,000 and 10,000
-# events/s).  In one process at 10,000 events/s, slices in turn (100 each, median and 95%
-# interval): no hold 95.4% (93.8-97.8), 20 ms 96.4% (95.2-98.2), 50 ms 98.3% (96.8-99.2).
+# Why a busy GIL makes the writer hold, and when it does: _hold.py.  Tuned in one process at
+# 10,000 events/s, slices in turn (100 each, median and 95% interval): no hold 95.4%
+# (93.8-97.8), 20 ms 96.4% (95.2-98.2), 50 ms 98.3% (96.8-99.2) of the no-trace loop.
 # The price: such a controller's lines reach the file 31-34 ms after emit at the median and
 # 62-67 ms at p99 (bench/trackers.py), against ~5 ms with no hold.
 WRITER_HOLD: Setting[float] = Setting(
