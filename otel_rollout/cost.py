@@ -159,7 +159,7 @@ class CostAnalysis(Analysis):
             batch_age_before=_mean(self.recent),
         )
         self.recent = deque(maxlen=self.window)
-        b._interrupted.update(key for _, key in stop.attempts)
+        b._interrupted.update(attempt[1] for attempt in stop.attempts)
         b.attempts_in_flight = len(b._interrupted)
         for group_id, group in stop.groups.items():
             if group.sealed_tokens is None:

@@ -92,7 +92,9 @@ class TestProtocol:
         [rec] = run_events(b.events, [Recorder()])
         [stop] = rec.stops
         assert (stop.old.run_id, stop.new.run_id) == ("A", "B")
-        assert [key for _, key in stop.attempts] == [(0, 1, 1)]
+        assert [key for _, key, _ in stop.attempts] == [(0, 1, 1)]
+        [(_, _, started)] = stop.attempts  # the dispatch's time
+        assert started == next(e["t"] for e in b.events if e.get("attempt_id") == "a1")
         assert stop.groups["g"].attempts == {(0, 1, 0): 5}
 
     def test_an_analysis_of_a_few_kinds_reads_only_those(self, tmp_path):

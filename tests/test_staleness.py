@@ -10,8 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_ledger import traces
 
+from otel_rollout.analysis import run_events
 from otel_rollout.cost import PENDING, TRAINED, analyze
-from otel_rollout.staleness import quantile, staleness, weighted_quantile
+from otel_rollout.staleness import StalenessAnalysis, quantile, staleness, weighted_quantile
 from otel_rollout.testing import TraceBuilder
 
 
@@ -128,6 +129,16 @@ def test_outcomes_add_up_to_the_ledger(events):
     assert tokens.pop(PENDING, 0) == ledger["pending"]
     assert tokens.pop("refused", 0) == 0
     assert {o: n for o, n in tokens.items() if n} == ledger["wasted"]
+
+
+@given(traces())
+def test_asking_for_the_result_again_gives_the_same(events):
+    """The result is read, not consumed: a second call (as a live view would make) reports
+    the same histograms, not each sealed attempt counted twice."""
+    analysis = StalenessAnalysis()
+    run_events(events, [analysis])
+    first = analysis.result().record()
+    assert analysis.result().record() == first
 
 
 @st.composite

@@ -34,9 +34,10 @@ class Run:
 
 
 #: An attempt dispatched or resumed and not yet sealed, refused or abandoned:
-#: ``(run_id, key)``.  A plain tuple: one is made per dispatch, the commonest event,
-#: and a tuple costs a tenth of a dataclass instance (0.05 against 0.5 µs here).
-Attempt = tuple[str, Key]
+#: ``(run_id, key, t)``, ``t`` the dispatch's or resume's time.  A plain tuple: one is
+#: made per dispatch, the commonest event, and a tuple costs a tenth of a dataclass
+#: instance (0.05 against 0.5 µs here).
+Attempt = tuple[str, Key, float]
 
 
 @dataclass(slots=True)
@@ -161,7 +162,7 @@ class State:
             epoch = e.epoch
             if epoch is None:
                 epoch = epochs.get(e.group_id, 0)
-            attempts[e.attempt_id] = (e.run_id, (epoch, e.prompt_id, e.generation_index))
+            attempts[e.attempt_id] = (e.run_id, (epoch, e.prompt_id, e.generation_index), e.t)
 
         return dispatch
 
