@@ -206,17 +206,34 @@ class _Gunzip:
             self._error = exc
 
 
-class open_trace:
-    """Open a trace file, plain or gzipped (by its first bytes, not its name)."""
+class _Prefix:
+    """The first ``left`` bytes of a stream."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, stream: IO[bytes], left: int) -> None:
+        self._stream = stream
+        self._left = left
+
+    def read(self, size: int) -> bytes:
+        data = self._stream.read(min(size, self._left)) if self._left > 0 else b""
+        self._left -= len(data)
+        return data
+
+
+class open_trace:
+    """Open a trace file, plain or gzipped (by its first bytes, not its name); with ``end``,
+    only its first ``end`` bytes (of its content, for a gzipped file) are read."""
+
+    def __init__(self, path: Path, end: int | None = None) -> None:
         self._raw: IO[bytes] = open(path, "rb")  # noqa: SIM115 - closed in __exit__
+        self._end = end
 
     def __enter__(self) -> tuple[IO[bytes], Callable[[], int], bool]:
         raw = self._raw
-        if raw.peek(2)[:2] == GZIP_MAGIC:  # type: ignore[attr-defined]  # a BufferedReader has peek
-            return cast(IO[bytes], _Gunzip(raw)), raw.tell, True
-        return raw, raw.tell, False
+        compressed = raw.peek(2)[:2] == GZIP_MAGIC  # type: ignore[attr-defined]  # a BufferedReader has peek
+        stream = cast(IO[bytes], _Gunzip(raw)) if compressed else raw
+        if self._end is not None:
+            stream = cast(IO[bytes], _Prefix(stream, self._end))
+        return stream, raw.tell, compressed
 
     def __exit__(self, *exc: object) -> None:
         self._raw.close()

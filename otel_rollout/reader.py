@@ -84,8 +84,12 @@ class EventReader:
         max_line_bytes: int | None = None,
         typed: bool = False,
         validate: bool = False,
+        end: int | None = None,
     ) -> None:
         self.path = Path(path)
+        #: Read only the file's first ``end`` bytes (a file still being appended to, read
+        #: as it stood at a moment); a line they end inside is a torn last line.
+        self.end = end
         self.max_line_bytes = config.MAX_LINE_BYTES.resolve(max_line_bytes)
         #: Lines ``validate`` calls errors are skipped (typed events are always checked).
         self.checked = typed or validate
@@ -238,7 +242,7 @@ class EventReader:
     def _blocks(self, numbered: bool, whole_numbered: bool = False) -> Iterator[Iterable[Any]]:
         plan = self._plan(numbered, whole_numbered)
         lineno = 0
-        with open_trace(self.path) as (stream, position, compressed):
+        with open_trace(self.path, self.end) as (stream, position, compressed):
             broken: list[str] = []
             total = size(self.path) if self._progress is not None else 0
 

@@ -8,7 +8,7 @@ import logging
 
 import msgspec
 import orjson
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from otel_rollout import _blocks as blocks_module
@@ -58,6 +58,34 @@ class TestReadEvents:
             assert list(read_events(path)) == []
         assert len(caplog.records) == MAX_WARNINGS + 1
         assert "(1000 in all)" in caplog.records[-1].getMessage()
+
+    @settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(cut=st.integers(0, 400), block=st.integers(1, 90), zipped=st.booleans())
+    @example(cut=len(sample().lines().split(b"\n")[0]), block=90, zipped=False)
+    def test_end_reads_the_file_as_it_stood_at_that_byte(
+        self, tmp_path, monkeypatch, cut, block, zipped
+    ):
+        """With ``end``, the reader gives the lines whole in the first ``end`` bytes (of the
+        content, for a gzipped file), and a line ``end`` falls inside is a torn last line,
+        with reads of any size."""
+        monkeypatch.setattr(blocks_module, "_CHUNK", block)
+        b = sample()
+        b.sealed_group("g2", {1: 7})
+        content = b.lines() + b.lines()
+        path = tmp_path / "t.jsonl"
+        path.write_bytes(gzip.compress(content) if zipped else content)
+        skipped: list[int] = []
+        reader = EventReader(path, end=cut, on_skip=lambda n, why: skipped.append(n))
+        head = content[:cut]
+        whole = head[: head.rfind(b"\n") + 1]
+        expected = [orjson.loads(line) for line in whole.splitlines()]
+        tail = head[len(whole) :]  # kept if it is an event all the same, as at a file's end
+        if tail:
+            with contextlib.suppress(orjson.JSONDecodeError):
+                expected.append(orjson.loads(tail))
+        assert list(reader) == expected
+        torn = bool(tail) and len(expected) == whole.count(b"\n")
+        assert skipped == ([whole.count(b"\n") + 1] if torn else [])
 
     def test_gzip_is_read_by_content_not_name(self, tmp_path):
         """A gzipped trace reads the same, whatever it is called."""

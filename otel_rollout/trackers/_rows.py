@@ -169,20 +169,9 @@ class RowBuilder:
         assert self._prime is not None
         path, size = self._prime
         self._prime = None
-        reader = EventReader(path, typed=True)
+        reader = EventReader(path, typed=True, end=size, on_skip=lambda line, why: None)
         try:
-            with open(path, "rb") as f:
-                tail = b""
-                while size > 0:
-                    chunk = f.read(min(size, 1 << 22))
-                    if not chunk:
-                        break
-                    size -= len(chunk)
-                    data = tail + chunk
-                    cut = data.rfind(b"\n") + 1
-                    data, tail = data[:cut], data[cut:]
-                    if data:
-                        self._engine.feed([reader.numbered_block(data, reader.lines)])
+            self._engine.feed(reader.numbered_batches())
         except OSError:  # an unreadable log costs its earlier runs' restore rows, nothing else
             _log.exception("otel-rollout: trackers: cannot read %s for the restore", path)
 
