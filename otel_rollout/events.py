@@ -35,6 +35,7 @@ __all__ = [
     "decode_plain",
     "from_line",
     "from_object",
+    "problems",
 ]
 
 _UNKNOWN = "unknown event kind"
@@ -172,17 +173,36 @@ def _raw_fields(value: dict[str, Any]) -> dict[str, Any]:
     return {**value, **raw} if raw else value
 
 
+def _convert(value: dict[str, Any]) -> Any:
+    """``value`` as its kind's struct, every rule checked by msgspec in C, or None if it
+    breaks one or is of no kind this version knows (then ask :func:`schema.problems`)."""
+    name = value.get("event")
+    kind = EVENT_TYPES.get(name) if name.__class__ is str else None
+    if kind is None:
+        return None
+    try:  # to the kind's own struct: converting to the union rebuilds its lookup on every
+        # call (20 µs against 0.5)
+        return msgspec.convert(_int_keys(value), kind)
+    except (msgspec.ValidationError, RecursionError, ValueError, TypeError):
+        return None
+
+
+def problems(value: Any) -> list[str]:
+    """What ``validate`` says of a parsed line, in the validator's words
+    (:func:`otel_rollout.schema.problems`), found fast: a line that converts to its kind's
+    struct has none (0.5 µs in C against ~40 µs of Python rules; a hypothesis test holds
+    the two to the same verdict on hostile lines)."""
+    if value.__class__ is dict and _convert(value) is not None:
+        return []
+    return schema.problems(value)
+
+
 def from_object(value: Any) -> tuple[Any, str | None]:
     """As :func:`from_line`, for a parsed value (a dict from ``read_events``, say)."""
     if value.__class__ is dict:
-        name = value.get("event")
-        kind = EVENT_TYPES.get(name) if name.__class__ is str else None
-        if kind is not None:
-            try:  # the fast path: msgspec checks every rule in C (to the kind's own struct:
-                # converting to the union rebuilds its lookup on every call, 20 µs against 0.5)
-                return msgspec.convert(_int_keys(value), kind), None
-            except (msgspec.ValidationError, RecursionError, ValueError, TypeError):
-                pass
+        event = _convert(value)  # the fast path: every rule checked in C
+        if event is not None:
+            return event, None
     found = schema.problems(value)
     errors = [p for p in found if not p.startswith(_UNKNOWN)]
     if errors:

@@ -8,8 +8,8 @@ from collections import Counter
 from typing import Any
 
 from ..analysis.state import never_sealed
+from ..events import problems
 from ..reader import TORN_LINE
-from ..schema import problems
 from ._common import check_is_trace, print_json, trace_reader
 
 _UNKNOWN = "unknown event kind"
@@ -169,13 +169,13 @@ def run(args: argparse.Namespace) -> int:
         run_id = event.get("run_id")
         last_run[0] = run_id if isinstance(run_id, str) else last_run[0]
         found = problems(event)
-        for problem in found:
-            report.add(lineno, warn if problem.startswith(_UNKNOWN) else "error", problem)
-        if any(not problem.startswith(_UNKNOWN) for problem in found):
-            invalid += 1  # an error: every reader skips this line, so it is no event
-            continue
-        if found:  # of a kind this version does not know: readers pass it over
-            unknown += 1
+        if found:
+            for problem in found:
+                report.add(lineno, warn if problem.startswith(_UNKNOWN) else "error", problem)
+            if any(not problem.startswith(_UNKNOWN) for problem in found):
+                invalid += 1  # an error: every reader skips this line, so it is no event
+            else:  # of a kind this version does not know: readers pass it over
+                unknown += 1
             continue
         kinds[str(kind)] += 1
         misplaced = order.check(event) if order is not None else None
