@@ -74,3 +74,24 @@ class TestFaultsScript:
             assert "✓ exact" in row or "skipped:" in row, row
         slow = next(row for row in faults if "slow disk" in row)
         assert slow.split("|")[4].strip() != "0"  # the overload really dropped events
+
+
+class TestInstructionsScript:
+    def test_counts_each_command_beside_the_yardstick(self):
+        """A smoke run under callgrind prints the yardstick and the command asked for, each
+        with a whole-process count larger than its per-line count times the lines."""
+        script = str(BENCH.with_name("instructions.py"))
+        proc = subprocess.run(
+            [sys.executable, script, "--lines", "1500", "--only", "batch-age"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr
+        rows = [line.split("|") for line in proc.stdout.splitlines() if line.startswith("| ")]
+        named = {r[1].strip(): r for r in rows[1:]}
+        assert set(named) == {"yardstick: orjson every line", "otel-rollout batch-age --json"}
+        lines = int(proc.stdout.split("-line")[0].rsplit(" ", 1)[1].replace(",", ""))
+        for r in named.values():
+            whole, per_line = float(r[2].replace(",", "")) * 1e6, float(r[4].replace(",", ""))
+            assert 0 < per_line * lines < whole
