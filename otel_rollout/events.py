@@ -30,8 +30,8 @@ from . import schema
 __all__ = [
     "DECODER",
     "EVENT_TYPES",
+    "LINES_DECODER",
     "Event",
-    "decode_lines",
     "decode_plain",
     "from_line",
     "from_object",
@@ -84,20 +84,14 @@ Event = Union[tuple(EVENT_TYPES.values())]  # type: ignore[valid-type]  # noqa: 
 
 #: The fast path: decodes and validates in C (a line that does not fit raises).
 DECODER: msgspec.json.Decoder[Any] = msgspec.json.Decoder(Event)
+#: A block of whole lines as one JSON array (see ``EventReader``'s whole-block path).
+LINES_DECODER: msgspec.json.Decoder[Any] = msgspec.json.Decoder(list[Event])  # type: ignore[valid-type]
 _plain: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
 
 
-def decode_lines(block: bytes) -> list[Any]:
-    """Every line of a block of whole lines as events, in one call; raises
-    ``msgspec.ValidationError``/``DecodeError`` if any line does not fit (then
-    take the lines one by one through :func:`from_line`)."""
-    if not block.isascii():
-        check_utf8(block)
-    return DECODER.decode_lines(block)
-
-
 def decode(line: bytes) -> Any:
-    """One line as an event (the fast path; raises as :func:`decode_lines` does).
+    """One line as an event (the fast path; raises ``msgspec.ValidationError``/``DecodeError``
+    if the line does not fit).
 
     msgspec skips a field it does not know without checking its bytes are UTF-8;
     a plain JSON parse (``validate``'s) would refuse the line, so this does too.

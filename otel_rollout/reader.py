@@ -96,8 +96,12 @@ class EventReader:
         self._check_dicts = validate and not typed and as_type is None
         if typed:
             self._typed: msgspec.json.Decoder[Any] | None = events.DECODER
+            self._typed_lines: msgspec.json.Decoder[Any] | None = events.LINES_DECODER
         else:
             self._typed = msgspec.json.Decoder(as_type) if as_type is not None else None
+            self._typed_lines = (
+                msgspec.json.Decoder(list[as_type]) if as_type is not None else None  # type: ignore[valid-type]
+            )
         self.kinds = frozenset(kinds) if kinds is not None else None
         self.lines = 0
         self.skipped = 0
@@ -169,22 +173,34 @@ class EventReader:
 
     def _whole_block(
         self, chunk: bytes, start: int, end: int, every_kind: bool = False
-    ) -> list[Any] | None:
-        """Every event of a block in one call, or None if a line needs the per-line path
-        (with ``every_kind``, events of kinds not asked for are left in)."""
-        view = memoryview(chunk)[start:end]
+    ) -> tuple[list[Any], int] | None:
+        """Every event of a block of whole lines in one call, with the block's line count, or
+        None if a line needs the per-line path (with ``every_kind``, events of kinds not
+        asked for are left in).
+
+        The lines are decoded as one JSON array, each newline made a comma: the decoder
+        then proves that every line holds exactly one value, so a blank line or a line of
+        two events (which ``validate`` rejects) sends the block line by line, and the
+        block's line count is its events' (no newline count: 5% fewer instructions than
+        counting them and decoding the lines as a stream, which took two values on a line).
+        """
+        array = b"".join((b"[", chunk[start : end - 1].replace(b"\n", b","), b"]"))
         try:
-            if self._typed is events.DECODER and not chunk.isascii():
-                events.check_utf8(view)  # as a plain parse would (see events.decode)
-            decoded = self._typed.decode_lines(view)  # type: ignore[union-attr]  # only called when typed
+            if self._typed is events.DECODER and not array.isascii():
+                events.check_utf8(array)  # as a plain parse would (see events.decode)
+            assert self._typed_lines is not None  # only called when typed
+            decoded = self._typed_lines.decode(array)
         except _TYPED_ERRORS:
+            return None
+        lines = len(decoded)
+        if not lines:  # "[]" or "[ ]": a block of one blank line
             return None
         if self.first_line_is_event is None and decoded:
             self.first_line_is_event = True
         if self.kinds is not None and not every_kind:
             kinds = self.kinds
             decoded = [e for e in decoded if e.event in kinds]
-        return decoded
+        return decoded, lines
 
     def batches(self) -> Iterator[list[Any]]:
         """The events block by block (128 KB of file each): with ``as_type``, the fastest
@@ -289,12 +305,12 @@ class EventReader:
     ) -> tuple[Any, int]:
         """One block's events (in the shape its caller asked for) and its newlines."""
         events: Any = None
-        newlines = chunk.count(b"\n", start, end)
         if whole_blocks and not final and (lineno or not chunk.startswith(_BOM, start)):
-            events = self._whole_block(chunk, start, end, whole_numbered)
-            if events is not None and whole_numbered:
-                # blank lines mean the block is numbered line by line instead
-                events = (events, lineno + 1) if len(events) == newlines else None
+            whole = self._whole_block(chunk, start, end, whole_numbered)
+            if whole is not None:
+                events, newlines = whole
+                return ((events, lineno + 1) if whole_numbered else events), newlines
+        newlines = chunk.count(b"\n", start, end)
         if events is None and whole_numbered and pattern is not None:
             # Found lines of a few kinds: their line numbers are worked out only
             # when one is asked for (counting newlines up to each cost ~30%).
