@@ -66,12 +66,29 @@ class Setting(Generic[T]):
     def check(self, value: T) -> T:
         """Reject values that cannot work (a queue of zero events, a negative timeout)."""
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if number and value != value:  # NaN passes every comparison below
+            raise ValueError(f"{self.env} must be a number, got {value!r}")
         if number and (value < 0 or (value == 0 and not self.zero_ok)):  # type: ignore[operator]  # a number Setting's value
             least = "0 or more" if self.zero_ok else "positive"
             raise ValueError(f"{self.env} must be {least}, got {value!r}")
         if number and self.at_least is not None and value < self.at_least:  # type: ignore[operator]  # a number Setting's value
             raise ValueError(f"{self.env} must be at least {self.at_least}, got {value!r}")
         return value
+
+
+def _seconds(raw: str) -> float:
+    """A finite number of seconds (NaN and infinity are no interval)."""
+    value = float(raw)
+    if not math.isfinite(value):
+        raise ValueError(f"expected a number of seconds, got {raw!r}")
+    return value
+
+
+def _interval(raw: str) -> float:
+    """Seconds, or ``off`` or infinity (never on its own: ``math.inf``)."""
+    if raw.strip().lower() in ("off", "never", "none", "false", "inf", "+inf", "infinity"):
+        return math.inf
+    return _seconds(raw)
 
 
 QUEUE_SIZE: Setting[int] = Setting(
@@ -89,14 +106,14 @@ MAX_BATCH: Setting[int] = Setting(
 CLOSE_TIMEOUT: Setting[float] = Setting(
     "OTEL_ROLLOUT_CLOSE_TIMEOUT",
     10.0,
-    float,
+    _seconds,
     "Seconds close() waits for the writer to finish before giving up on it.",
 )
 
 RETRY_MAX_DELAY: Setting[float] = Setting(
     "OTEL_ROLLOUT_RETRY_MAX_DELAY",
     0.2,
-    float,
+    _seconds,
     "Longest wait between attempts to write the log while a disk fault lasts (seconds).",
 )
 MAX_EVENT_BYTES: Setting[int] = Setting(
@@ -111,21 +128,6 @@ MAX_LINE_BYTES: Setting[int] = Setting(
     int,
     "Longest line readers hold; longer ones are skipped and counted, not loaded.",
 )
-
-
-def _seconds(raw: str) -> float:
-    """A finite number of seconds (NaN and infinity are no interval)."""
-    value = float(raw)
-    if not math.isfinite(value):
-        raise ValueError(f"expected a number of seconds, got {raw!r}")
-    return value
-
-
-def _interval(raw: str) -> float:
-    """Seconds, or ``off`` or infinity (never on its own: ``math.inf``)."""
-    if raw.strip().lower() in ("off", "never", "none", "false", "inf", "+inf", "infinity"):
-        return math.inf
-    return _seconds(raw)
 
 
 # Why a busy GIL makes the writer hold, and when it does: _hold.py.  Tuned in one process at
@@ -200,7 +202,7 @@ EXPORT_MODE: Setting[str] = Setting(
 SIDECAR_LINGER: Setting[float] = Setting(
     "OTEL_ROLLOUT_SIDECAR_LINGER",
     30.0,
-    float,
+    _seconds,
     "Seconds the sidecar keeps serving after the last run it follows stopped, for a resumed "
     "run to append to the same log (the scrape endpoint stays up through a restart).",
     zero_ok=True,

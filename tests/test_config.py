@@ -88,3 +88,45 @@ class TestWatchInterval:
         """0.05 s is the shortest refresh period."""
         monkeypatch.setenv("OTEL_ROLLOUT_WATCH_INTERVAL", "0.05")
         assert config.WATCH_INTERVAL.resolve() == 0.05
+
+
+_SECONDS = [s for s in config.SETTINGS if isinstance(s.default, float)]
+
+
+class TestNoNumberIsNoSetting:
+    @pytest.mark.parametrize("setting", _SECONDS, ids=lambda s: s.env)
+    @pytest.mark.parametrize("raw", ["nan", "-nan", "NaN"])
+    def test_nan_from_the_environment_keeps_the_default(self, monkeypatch, caplog, setting, raw):
+        """NaN is no number of seconds for any knob: it warns and keeps the default."""
+        monkeypatch.setenv(setting.env, raw)
+        assert setting.resolve() == setting.default
+        assert setting.env in caplog.text
+
+    @pytest.mark.parametrize(
+        "setting", [s for s in _SECONDS if s is not config.FSYNC_INTERVAL], ids=lambda s: s.env
+    )
+    def test_infinity_keeps_the_default_where_it_means_nothing(self, monkeypatch, setting):
+        """Only the sync interval takes infinity (never on its own); elsewhere it is refused."""
+        monkeypatch.setenv(setting.env, "inf")
+        assert setting.resolve() == setting.default
+
+    def test_nan_in_code_is_refused(self):
+        """A NaN handed in by a program is an error, not a silent no-op."""
+        with pytest.raises(ValueError, match="must be a number"):
+            config.CLOSE_TIMEOUT.resolve(math.nan)
+
+    @pytest.mark.parametrize("raw", ["nan", "inf"])
+    def test_a_trace_closes_with_a_close_timeout_of_no_number(self, monkeypatch, tmp_path, raw):
+        """close() under OTEL_ROLLOUT_CLOSE_TIMEOUT=nan or inf writes every event and returns
+        (it raised ValueError or OverflowError from the thread join)."""
+        from otel_rollout import RolloutTrace
+
+        monkeypatch.setenv("OTEL_ROLLOUT_CLOSE_TIMEOUT", raw)
+        trace = RolloutTrace(tmp_path)
+        trace.emit("group.admit", group_id="g", prompt_id=1)
+        trace.close()
+        lines = (tmp_path / "rollout_trace.jsonl").read_text().splitlines()
+        assert [line.split('"event":"')[1].split('"')[0] for line in lines] == [
+            "run.start",
+            "group.admit",
+        ]
