@@ -152,19 +152,23 @@ def batch_age_group_metrics(counts: dict[int, int]) -> dict[str, int]:
     }
 
 
+#: Below this every integer is a float exactly (2**53).
+_FLOAT_EXACT = 1 << 53
+
+
 def batch_age(trained_version: int, tokens: int, version_sum: int) -> float | None:
     """``trained_version − version_sum / tokens``, or None when there are no tokens."""
     if tokens <= 0:
         return None
-    try:
+    if trained_version < _FLOAT_EXACT and version_sum < _FLOAT_EXACT:
         return trained_version - version_sum / tokens  # the reference's arithmetic, to the bit
-    except OverflowError:
-        # Versions past what a float holds (2**1024): one division of exact integers gives
-        # the age between them, correctly rounded, instead of a traceback.
-        try:
-            return (trained_version * tokens - version_sum) / tokens
-        except OverflowError:  # the age itself is past the float range
-            return math.inf if trained_version * tokens > version_sum else -math.inf
+    # Past 2**53 a float no longer holds every integer, and the reference's arithmetic
+    # loses the age (2**53 + 1 trained as 2**53 + 2 gave 2.0; 2**64 gave 0.0): one division
+    # of exact integers gives it correctly rounded, and never overflows below 2**1024.
+    try:
+        return (trained_version * tokens - version_sum) / tokens
+    except OverflowError:  # the age itself is past the float range
+        return math.inf if trained_version * tokens > version_sum else -math.inf
 
 
 def pop_batch_age(per_group_metrics: dict[str, list[Any]], trained_version: int) -> float | None:

@@ -304,6 +304,30 @@ class TestHugeVersions:
         assert batch_age(1, 5, 5 * v) == float("-inf")
         assert batch_age(7, 4, 12) == 7 - 12 / 4  # the reference's arithmetic, to the bit
 
+    @given(
+        base=st.integers(2**53, 10**400),
+        counts=st.dictionaries(st.integers(0, 50), st.integers(1, 10**6), min_size=1, max_size=4),
+        ahead=st.integers(0, 60),
+    )
+    def test_ages_of_any_size_of_version_are_exact(self, base, counts, ahead):
+        """Versions past 2**53 (where floats skip integers), of any size, give the token-
+        weighted age of the exact integers, correctly rounded: what the ages are, not where
+        the versions lie."""
+        from otel_rollout.batch_age import batch_age
+
+        tokens = sum(counts.values())
+        version_sum = sum((base + k) * n for k, n in counts.items())
+        trained = base + ahead
+        exact = Fraction(sum((ahead - k) * n for k, n in counts.items()), tokens)
+        assert batch_age(trained, tokens, version_sum) == float(exact)
+
+    def test_just_past_two_to_the_53(self):
+        """One policy update behind at 2**53 + 1 is an age of 1 (it read 2.0; at 2**64, 0.0)."""
+        from otel_rollout.batch_age import batch_age
+
+        for v in (2**53 + 1, 2**64, 10**30, 10**308):
+            assert batch_age(v + 1, 100, 100 * v) == 1.0
+
     def test_the_commands_read_such_a_file(self, tmp_path, cli):
         """batch-age, cost and the reference main read a file whose token counts name such a
         version (a JSON key, so any size) cleanly: the age is -inf, not a traceback."""
