@@ -161,3 +161,33 @@ class TestCommand:
         assert f"(made the directory {out.parent})" in proc.stderr
         again = cli("report", str(trace), "-o", str(out))
         assert "made the directory" not in again.stderr
+
+
+def test_steps_and_versions_past_a_float_give_every_command_a_result(tmp_path, cli):
+    """A step number and weight versions of 10**309 (valid: integers ≥ 0) give every read
+    command a result, not a traceback; the report says where a chart cannot draw them."""
+    import json
+
+    from otel_rollout.testing import TraceBuilder
+
+    big = 10**309
+    b = TraceBuilder(run_id="A")
+    b.sealed_group("g1", {big: 10})
+    b.event("weights.sync", replaced_version=big, new_version=big + 1)
+    b.step(big, big + 1, ["g1"])
+    path = tmp_path / "t.jsonl"  # json, not orjson: it writes integers past 64 bits whole
+    path.write_text("".join(json.dumps(e) + "\n" for e in b.events))
+    page = tmp_path / "r.html"
+    for args in (
+        ("validate", str(path)),
+        ("batch-age", str(path)),
+        ("cost", str(path)),
+        ("staleness", str(path)),
+        ("timeline", str(path), "-o", str(tmp_path / "t.json")),
+        ("report", str(path), "-o", str(page)),
+        ("watch", "--once", str(path)),
+    ):
+        out = cli(*args)
+        assert out.returncode == 0 and "Traceback" not in out.stderr, (args, out.stderr[-800:])
+    assert "1.0000" in cli("batch-age", str(path)).stdout  # one update behind, exactly
+    assert "past what a float holds" in page.read_text()

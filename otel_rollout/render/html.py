@@ -26,7 +26,7 @@ from typing import Any, TextIO
 from ..age import AGE_BUCKETS, StepAge
 from ..cost import CostReport
 from ..report import ReportData
-from . import svg, zoom
+from . import frame, svg, zoom
 from .fields import (
     AGE_LABELS,
     BOUNDARY_FIELDS,
@@ -48,8 +48,18 @@ __all__ = ["CHROMIUM_FLAGS", "charts", "chromium", "render_html", "write_html", 
 
 def charts(data: ReportData, style: Style = PLAIN, only: str | None = None) -> dict[str, str]:
     """Every chart of the page (or ``only`` that one), by id, as SVG text."""
-    wanted = [c for c, _ in _CHARTS if only in (None, c)]
-    return {name: _draw(name, data, style) for name in wanted}
+    wanted = [(c, title) for c, title in _CHARTS if only in (None, c)]
+    return {name: _drawn(name, title, data, style) for name, title in wanted}
+
+
+def _drawn(name: str, title: str, data: ReportData, style: Style) -> str:
+    """One chart; a chart whose numbers a float cannot hold (a step or version past
+    10**308, which the schema allows) says so where its plot would be."""
+    try:
+        return _draw(name, data, style)
+    except OverflowError:
+        text = "values past what a float holds (over 10^308): not drawn; see the tables"
+        return frame.empty(name, title, "", "", text)
 
 
 def _draw(name: str, data: ReportData, style: Style) -> str:
