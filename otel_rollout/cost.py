@@ -132,6 +132,7 @@ class CostAnalysis(Analysis):
         self.watching: Boundary | None = None
         self.unmatched: set[Key] = set()  # its rollouts that have not run again yet
         self.regenerating: set[Key] = set()  # its rollouts re-dispatched from scratch
+        self._carried = 0  # the shared state's carried lots taken into the ledger so far
 
     def handlers(self) -> Mapping[str, Callable[[Any], None]]:
         return {
@@ -282,6 +283,14 @@ class CostAnalysis(Analysis):
             b.at_risk_resumed = fates.count("resumed")
             b.at_risk_redispatched = fates.count("redispatched")
             b.at_risk_never_ran_again = fates.count(None)
+        # Work a resumed run carried out of a group already trained or discarded (by a step
+        # or discard its restore undid) leaves that group's tokens in the ledger; from a
+        # group in flight it left the shared state's record before the ledger took it.
+        carried = self.state.carried
+        for move in carried[self._carried :]:
+            if move.settled:
+                self.ledger.carry_out(move.donor, sum(move.lots))
+        self._carried = len(carried)
         # Groups neither trained nor discarded yet count as they stand, the ledger untouched:
         # a live view asks for the result again as the file grows.
         buckets = self.ledger.resolve(GroupFates.of(self.state), self.state.groups)

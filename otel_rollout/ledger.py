@@ -48,6 +48,11 @@ class Ledger:
         """Take over the tokens a group in flight collected (its attempts, by key)."""
         self.touch(group_id, group.run_id, sum(group.attempts.values()))
 
+    def carry_out(self, group_id: str, tokens: int) -> None:
+        """A resumed run carried ``tokens`` of a settled group's work into a group of its own
+        (:class:`~otel_rollout.analysis.state.Carried`): they follow that group now."""
+        self.groups[group_id][0] -= tokens
+
     def discard(self, group_id: str, run_id: str, reason: str) -> None:
         self.touch(group_id, run_id)
         self.groups[group_id][2] = reason

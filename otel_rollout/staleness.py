@@ -164,6 +164,7 @@ class StalenessAnalysis(Analysis):
         self.groups: dict[str, list[Any]] = {}
         self.outcomes: dict[str, dict[str, dict[int, int]]] = {}  # known at the time: histograms
         self.waits: dict[int, list[float]] = {}  # step number → its groups' waits, latest
+        self._carried = 0  # the shared state's carried lots moved here so far
 
     def _count(self, outcome: str, tokens: int, ms: int) -> None:
         hists = self.outcomes.get(outcome)
@@ -262,6 +263,7 @@ class StalenessAnalysis(Analysis):
             run = report.runs.setdefault(s.run_id, {})
             for age, n in ages.items():
                 run[age] = run.get(age, 0) + n
+        self._move_carried()
         fate = GroupFates.of(state)
         # Each sealed attempt counts under its group's fate, a group's attempts at once in C
         # (Counter.update), not attempt by attempt: on the 600k-line bench trace a call per
@@ -299,6 +301,30 @@ class StalenessAnalysis(Analysis):
         report.deciles, report.starvation = deciles(ranked)
         report.prompts = _repeats(wasted_by_prompt)
         return report
+
+
+    def _move_carried(self) -> None:
+        """Sealed attempts a resumed run carried into another group (the shared state found
+        them: :meth:`State._carry`) follow that group's fate, as in the ledger: each moved
+        lot takes an attempt of its size from the group it left."""
+        carried = self.state.carried
+        for move in carried[self._carried :]:
+            donor = self.groups.get(move.donor)
+            record = self.groups.get(move.group)
+            lots = move.lots
+            if donor is None or donor[5] is None or record is None:
+                continue
+            held = donor[5]
+            taken = record[5] if record[5] is not None else array("q")
+            record[5] = taken
+            for tokens in lots:
+                for i in range(0, len(held), 2):
+                    if held[i] == tokens:
+                        taken.append(held[i])
+                        taken.append(held[i + 1])
+                        del held[i : i + 2]
+                        break
+        self._carried = len(carried)
 
 
 def deciles(counts: Mapping[tuple[int, str], int]) -> tuple[list[dict[str, Any]], float | None]:

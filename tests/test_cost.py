@@ -64,12 +64,28 @@ class TestBoundary:
 
     def test_summary(self, two_runs):
         """Generated tokens count each token once (resumed ones at their seal); a10's 100,
-        sealed into a group the stop left untrained, are lost at the stop."""
+        sealed into a group the stop left in flight, were carried into h1 (its seal of 180
+        counts them beside b11's 80) and trained with it, so nothing was lost."""
         report = analyze(two_runs[0])
         assert report.tokens_generated == 10 + 10 + 100 + 80
-        assert report.tokens_trained == 10 + 10 + 80
-        assert report.waste == {LOST_AT_STOP: 100} and report.tokens_pending == 0
+        assert report.tokens_trained == 10 + 10 + 100 + 80
+        assert report.waste == {} and report.tokens_pending == 0
         assert report.steps == 2
+
+    def test_work_carried_into_a_new_group_is_lost_when_the_seal_does_not_add_up(
+        self, two_runs
+    ):
+        """h1's seal naming 170 tokens (not its own 80 plus a10's 100) explains nothing: a10's
+        100 stay with g1, lost at the stop."""
+        events = [
+            {**e, "tokens": 170, "tokens_by_version": {"1": 170}}
+            if e["event"] == "group.seal" and e["group_id"] == "h1"
+            else e
+            for e in two_runs[0]
+        ]
+        report = analyze(events)
+        assert report.tokens_trained == 10 + 10 + 80
+        assert report.waste == {LOST_AT_STOP: 100}
 
     def test_redispatched_and_retrained(self):
         """A rollout redone from scratch counts its tokens as generated again; a step the
