@@ -62,14 +62,19 @@ def add_parser(commands: Any) -> None:
             "rollout snapshot each time, and show batch age per step and what the stops cost."
         ),
     )
-    _add_options(demo, default_dir="runs/demo")
-    _demo.add_arguments(demo)
     # Rollout snapshots ride on checkpoints; the demo takes them often, so a stop finds a
     # recent one and partial attempts are resumed rather than redone.
-    demo.set_defaults(handler=run_demo, checkpoint_every=2)
+    _add_options(demo, default_dir="runs/demo", defaults={"checkpoint_every": 2})
+    _demo.add_arguments(demo)
+    demo.set_defaults(handler=run_demo)
 
 
-def _add_options(parser: argparse.ArgumentParser, default_dir: str = "runs/sim") -> None:
+def _add_options(
+    parser: argparse.ArgumentParser,
+    default_dir: str = "runs/sim",
+    defaults: dict[str, Any] | None = None,
+) -> None:
+    """The simulator's options, each with its default (the simulator's, or ``defaults``')."""
     parser.add_argument(
         "--log-dir",
         type=Path,
@@ -77,7 +82,7 @@ def _add_options(parser: argparse.ArgumentParser, default_dir: str = "runs/sim")
         help=f"where to write (default {default_dir})",
     )
     for name, parse, text in _SIM_OPTIONS:
-        default = getattr(_DEFAULTS, name)
+        default = (defaults or {}).get(name, getattr(_DEFAULTS, name))
         parser.add_argument(
             "--" + name.replace("_", "-"), type=parse, default=default, help=f"{text} ({default})"
         )
