@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from . import config
-from .constants import ROLLOUT_TRACE_FILENAME
+from .constants import log_path
 from .exporters import JsonlExporter
 from .schema import SCHEMA_VERSION
 from .span_contract import KIND_ORDER, RUN_ATTRIBUTE, SPANS
@@ -82,9 +82,7 @@ class JsonlSpanExporter(SpanExporter):
         hold_bytes: int | None = None,
         fsync_interval: float | None = None,
     ) -> None:
-        target = Path(path)
-        if target.is_dir():
-            target = target / ROLLOUT_TRACE_FILENAME
+        target = log_path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         self.path = target
         self.hold_bytes = config.SPAN_HOLD_BYTES.resolve(hold_bytes)

@@ -35,7 +35,7 @@ from .batch_age import (
     pop_batch_age,
     tokens_by_version,
 )
-from .constants import ROLLOUT_TRACE_FILENAME
+from .constants import ROLLOUT_TRACE_FILENAME, log_path
 from .exporters import EventExporter, JsonlExporter
 from .follow import file_size
 from .reader import read_events
@@ -74,8 +74,9 @@ def _noop(*args: Any, **kwargs: Any) -> None:
 class RolloutTrace:
     """Append rollout events to a JSONL file off the caller's thread, or drop them.
 
-    ``RolloutTrace(path)`` opens ``path`` for appending (a directory gets
-    ``rollout_trace.jsonl`` inside it) and writes a ``run.start`` line;
+    ``RolloutTrace(path)`` opens ``path`` for appending (a directory, or a new path with
+    no suffix, gets ``rollout_trace.jsonl`` inside it: :func:`~otel_rollout.constants.log_path`)
+    and writes a ``run.start`` line;
     ``RolloutTrace(None)`` makes every call a no-op.  ``capacity`` bounds the
     events waiting to be written (``OTEL_ROLLOUT_QUEUE_SIZE``); past it, events
     are dropped, counted and reported in the file as ``trace.dropped``.
@@ -112,9 +113,7 @@ class RolloutTrace:
         if path is None:
             self.emit = _noop  # type: ignore[method-assign]  # emit is rebound per state: no branch on the hot path
             return
-        path = Path(path)
-        if path.is_dir():
-            path = path / ROLLOUT_TRACE_FILENAME
+        path = log_path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.run_id = new_run_id()

@@ -59,6 +59,28 @@ class TestOpening:
             assert tr.path == tmp_path / ROLLOUT_TRACE_FILENAME
         assert (tmp_path / ROLLOUT_TRACE_FILENAME).exists()
 
+    @pytest.mark.parametrize(
+        ("given", "log"),
+        [
+            ("new_dir", "new_dir/rollout_trace.jsonl"),  # no suffix: a log directory
+            ("new/dir/", "new/dir/rollout_trace.jsonl"),
+            ("trace.jsonl", "trace.jsonl"),
+            ("trace.jsonl.part", "trace.jsonl.part"),
+        ],
+    )
+    def test_a_new_path_is_a_directory_unless_it_names_a_file(self, tmp_path, given, log):
+        """A path that does not exist yet is a log directory when it has no suffix or ends in
+        a separator (as the README's RolloutTrace(log_dir) does), and a file otherwise."""
+        with RolloutTrace(f"{tmp_path}/{given}") as tr:
+            assert tr.path == tmp_path / log
+        assert (tmp_path / log).is_file()
+
+    def test_an_existing_file_without_a_suffix_is_appended_to(self, tmp_path):
+        """A file that exists is the log, whatever its name."""
+        (tmp_path / "trace").write_text("")
+        with RolloutTrace(tmp_path / "trace") as tr:
+            assert tr.path == tmp_path / "trace"
+
     def test_missing_parents_are_created(self, tmp_path):
         """The log directory is created if it does not exist yet."""
         with RolloutTrace(tmp_path / "a" / "b" / "t.jsonl"):
