@@ -190,3 +190,12 @@ class TestGeneral:
         from otel_rollout.schema import shipped_json_schema
 
         assert orjson.loads(cli("schema").stdout) == shipped_json_schema()
+
+
+def test_validate_refuses_a_negative_report_limit(tmp_path, cli):
+    """--max-report -1 is a usage error (it was taken, and miscounted the problems not
+    shown)."""
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"t": 1, "run_id": "r", "event": "group.admit"}\n')
+    proc = cli("validate", "--max-report", "-1", str(path))
+    assert proc.returncode == 2 and "must be 0 or more" in proc.stderr

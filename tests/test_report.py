@@ -162,6 +162,20 @@ class TestCommand:
         again = cli("report", str(trace), "-o", str(out))
         assert "made the directory" not in again.stderr
 
+    def test_timeline_makes_a_missing_directory_as_report_does(self, tmp_path, cli):
+        """timeline -o into a directory that does not exist makes it and says so (it was an
+        I/O error while report made the directory)."""
+        trace = two_run_trace().write(tmp_path / "t.jsonl")
+        out = tmp_path / "new" / "t.json.gz"
+        proc = cli("timeline", str(trace), "-o", str(out))
+        assert proc.returncode == 0 and out.is_file(), proc.stderr
+        assert f"(made the directory {out.parent})" in proc.stderr
+        blocked = tmp_path / "file"
+        blocked.write_text("")
+        proc = cli("timeline", str(trace), "-o", str(blocked / "sub" / "t.json"))
+        assert proc.returncode == 2 and "cannot make the directory" in proc.stderr
+        assert "Traceback" not in proc.stderr
+
 
 def test_steps_and_versions_past_a_float_give_every_command_a_result(tmp_path, cli):
     """A step number and weight versions of 10**309 (valid: integers ≥ 0) give every read

@@ -136,3 +136,28 @@ def add_full_ids(parser: Any) -> None:
         action="store_true",
         help="show whole run IDs (the first 8 characters otherwise)",
     )
+
+
+def output_directory(path: Path) -> str:
+    """Make the directory ``path`` is to be written in, if it is missing; the note for the
+    "wrote" line: `` (made the directory D)``, or nothing.  A directory that cannot be
+    made is a :class:`CliError`."""
+    parent = path.parent
+    if parent.exists():
+        return ""
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CliError(f"cannot make the directory {parent}: {exc.strerror or exc}") from None
+    return f" (made the directory {parent})"
+
+
+def non_negative_int(raw: str) -> int:
+    """An argparse type: an integer ≥ 0."""
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {raw!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value

@@ -11,7 +11,14 @@ from typing import Any
 from ..render.fields import Style
 from ..render.html import write_html, write_pngs
 from ..report import collect_file
-from ._common import CliError, add_full_ids, check_is_trace, trace_reader, without_cyclic_gc
+from ._common import (
+    CliError,
+    add_full_ids,
+    check_is_trace,
+    output_directory,
+    trace_reader,
+    without_cyclic_gc,
+)
 
 
 def add_parser(commands: Any) -> None:
@@ -43,14 +50,12 @@ def run(args: argparse.Namespace) -> int:
     reader = trace_reader(args.file, typed=True)
     data = collect_file(reader)
     check_is_trace(reader, reader.events)
-    made = not args.output.parent.exists()
+    where = output_directory(args.output)
     try:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
         with open(args.output, "w", encoding="utf-8") as out:
             write_html(data, out, Style(args.full_ids))
     except OSError as exc:
         raise CliError(f"cannot write {args.output}: {exc.strerror or exc}") from exc
-    where = f" (made the directory {args.output.parent})" if made else ""
     print(f"wrote {args.output}{where}", file=sys.stderr)
     if args.png is not None:
         try:

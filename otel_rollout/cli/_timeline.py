@@ -14,7 +14,13 @@ from typing import Any, BinaryIO
 from ..analysis import run_file
 from ..timeline import RunSelector, StepRange, Timeline, TimelineSummary, TraceEventWriter
 from ..timeline import step_windows as find_step_windows
-from ._common import CliError, check_is_trace, trace_reader, without_cyclic_gc
+from ._common import (
+    CliError,
+    check_is_trace,
+    output_directory,
+    trace_reader,
+    without_cyclic_gc,
+)
 
 
 def add_parser(commands: Any) -> None:
@@ -126,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--counter-ms {args.counter_ms}: must be a number of milliseconds ≥ 0")
     trace_reader(args.file, progress=False)  # a missing or unreadable file: one line, first
     out_path = Path(args.output)
+    where = output_directory(out_path)
     try:
         if args.output.endswith(".gz"):
             raw = open(out_path, "wb")  # noqa: SIM115  # closed below, through the gzip stream
@@ -144,5 +151,5 @@ def run(args: argparse.Namespace) -> int:
         if not done:
             with contextlib.suppress(OSError):
                 os.unlink(out_path)
-    print(f"{out_path}: {summary.line()}", file=sys.stderr)
+    print(f"{out_path}{where}: {summary.line()}", file=sys.stderr)
     return 0

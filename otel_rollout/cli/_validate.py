@@ -10,7 +10,7 @@ from typing import Any
 from ..analysis.state import never_sealed
 from ..events import problems
 from ..reader import TORN_LINE
-from ._common import check_is_trace, print_json, trace_reader
+from ._common import check_is_trace, non_negative_int, print_json, trace_reader
 
 _UNKNOWN = "unknown event kind"
 _WHO_UNKNOWN = "its writer was killed mid-line"
@@ -34,7 +34,7 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("file", help="a rollout_trace.jsonl (or .jsonl.gz)")
     parser.add_argument(
         "--max-report",
-        type=int,
+        type=non_negative_int,
         default=50,
         metavar="N",
         help="print at most N problems (all are counted; default 50)",
