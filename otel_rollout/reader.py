@@ -268,16 +268,19 @@ class EventReader:
                 self.skip_long_line(lineno, length)
 
             blocks = chunks(stream, broken if compressed else None, self.max_line_bytes, long_line)
+            torn_tail = False  # the last block was a line without its newline
             for chunk, start, end, final in blocks:
                 events, newlines = self._block(
                     chunk, start, end, final, lineno, numbered, whole_numbered, *plan
                 )
                 yield events
                 lineno += newlines + final
+                torn_tail = final
                 if self._progress is not None:
                     self._progress(position(), total)
             if broken:
-                lineno += 1
+                # The damage cut the last line short, or, after a whole line, is one more.
+                lineno += not torn_tail
                 reason = f"compressed data ends early or is corrupt: {broken[0]}"
                 self._skip(lineno, reason, True)
         if self._progress is not None:
