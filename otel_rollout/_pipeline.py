@@ -44,7 +44,7 @@ class PipelineStats:
     written: int = 0
     dropped_queue_full: int = 0
     dropped_write_error: int = 0
-    renamed_fields: int = 0
+    renamed_fields: int = 0  # events with a field named t, run_id or event (kept as t_, …)
     exporter_errors: int = 0
     #: Events waiting to be written when these stats were read.
     queued: int = 0
