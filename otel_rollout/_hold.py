@@ -18,26 +18,35 @@ from collections.abc import Callable
 from queue import Empty, SimpleQueue
 from typing import Any
 
-__all__ = ["BUSY_LAG", "BUSY_SHARE", "Hold"]
+__all__ = ["BUSY_LAG", "BUSY_SHARE", "Hold", "others_cpu"]
 
 #: Seconds the writer waited (for the oldest event's turn, or for the GIL after a hold)
 #: past which it counts the GIL as busy, if this process also used :data:`BUSY_SHARE` of a
 #: core meanwhile.  Two busy batches in a row start holding, so one slow wake does not.
 BUSY_LAG = 0.002
-#: The share of a core this process must have used while the writer waited for its wait to
-#: count as the GIL's: on a loaded machine a writer can wait for a core while the
-#: controller sleeps (the export sidecar at 45% of the other core made 2 ms waits common
-#: for a controller emitting 10,000 events/s between sleeps, which uses ~5% of a core).
+#: The share of a core this process's other threads must have used while the writer
+#: waited for its wait to count as the GIL's: on a loaded machine a writer can wait for a
+#: core while the controller sleeps (the export sidecar at 45% of the other core made 2 ms
+#: waits common for a controller emitting 10,000 events/s between sleeps, which uses ~5% of
+#: a core).
 BUSY_SHARE = 0.5
 
 
+def others_cpu() -> float:
+    """CPU seconds of this process's threads but the calling one (the writer): the
+    writer's own work says nothing of the GIL.  Counting it made a writer that a
+    higher-priority process starved of its core, and that found a backlog each time it
+    ran, look like one the controller kept from the GIL, and hold."""
+    return time.process_time() - time.thread_time()
+
+
 class Hold:
-    """The writer's hold policy: call :meth:`taken` with each batch's oldest item, then
-    :meth:`done` once it is written; hold with :meth:`wait` while :meth:`due`.
+    """The writer's hold policy: call :meth:`taken` with each batch's oldest item; once it
+    is written, hold with :meth:`wait` while :meth:`due`.
 
     ``seconds`` 0 turns holding off.  The clocks are parameters so that tests can
     drive them: ``now`` is the clock events are stamped with, ``clock`` a monotonic
-    one, ``cpu`` this process's CPU time.
+    one, ``cpu`` the CPU time of this process's other threads (called on the writer's).
     """
 
     def __init__(
@@ -46,7 +55,7 @@ class Hold:
         *,
         now: Callable[[], float] = time.time,
         clock: Callable[[], float] = time.monotonic,
-        cpu: Callable[[], float] = time.process_time,
+        cpu: Callable[[], float] = others_cpu,
     ) -> None:
         self.seconds = seconds
         # A SimpleQueue, not an Event: its put takes no lock, so a SIGTERM handler that
@@ -55,7 +64,7 @@ class Hold:
         self._now, self._clock, self._cpu = now, clock, cpu
         self._busy = self._was_busy = False
         self._held_until: float | None = None  # when the last hold was to end, if it ran out
-        self._since, self._cpu_since = clock(), cpu()  # the last batch written, or hold begun
+        self._since, self._cpu_since = clock(), cpu()  # when the last batch was taken
 
     def taken(self, first: Any) -> None:
         """The writer took a batch whose oldest item is ``first`` (an event dict, or a
@@ -68,15 +77,14 @@ class Hold:
         if self._held_until is not None:  # ...or the GIL's return after the hold, if shorter
             late = min(late, at_clock - self._held_until)  # (an event may come after it)
             self._held_until = None
-        # Late because this process ran (the GIL was busy), not because a loaded machine
-        # was slow to give the writer a core (a hold would not help then).
-        ran = self._cpu() - self._cpu_since >= BUSY_SHARE * (at_clock - self._since)
+        # Late because the process's other threads ran (the GIL was busy), not because a
+        # loaded machine was slow to give the writer a core (a hold would not help then):
+        # their share of a core since the batch before was taken (a whole cycle, so that a
+        # batch taken the moment the last one was written still sees who ran before it).
+        cpu = self._cpu()
+        ran = cpu - self._cpu_since >= BUSY_SHARE * (at_clock - self._since)
+        self._since, self._cpu_since = at_clock, cpu
         self._was_busy, self._busy = self._busy, late > BUSY_LAG and ran
-
-    def done(self) -> None:
-        """The batch is written."""
-        if self.seconds:
-            self._since, self._cpu_since = self._clock(), self._cpu()
 
     def due(self) -> bool:
         """Two batches in a row found the GIL busy."""

@@ -140,8 +140,9 @@ WRITER_HOLD: Setting[float] = Setting(
     0.05,
     _seconds,
     "Seconds the writer lets events gather between writes while the controller keeps the GIL "
-    "busy (two batches in a row waited over 2 ms for the writer while the process used half a "
-    "core or more; never with exporters in the process), taking the GIL less often; 0: never.",
+    "busy (two batches in a row waited over 2 ms for the writer while the other threads used "
+    "half a core or more; never with exporters in the process), taking the GIL less often; "
+    "0: never.",
     zero_ok=True,
 )
 

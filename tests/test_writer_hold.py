@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import clean_env
 
-from otel_rollout._hold import Hold
+from otel_rollout._hold import Hold, others_cpu
 from otel_rollout.reader import read_events
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="needs /proc/self/io")
@@ -198,7 +198,8 @@ def test_a_writer_with_exporters_in_this_process_never_holds(tmp_path):
 
 
 class Clocks:
-    """The wall clock, a monotonic clock and this process's CPU time, moved by the test."""
+    """The wall clock, a monotonic clock and the CPU time of the process's other threads
+    (the controller's), moved by the test."""
 
     def __init__(self) -> None:
         self.t, self.mono, self.used = 1000.0, 0.0, 0.0
@@ -218,7 +219,6 @@ def _batch(clocks: Clocks, hold: Hold, waited: float, cpu_share: float) -> None:
     event = {"t": clocks.t, "event": "tick"}
     clocks.run(waited, cpu_share)
     hold.taken(event)
-    hold.done()
 
 
 @pytest.mark.parametrize(
@@ -279,3 +279,24 @@ def test_a_wake_ends_a_hold_and_a_queued_flush_skips_it():
     start = time.monotonic()
     hold.wait(lambda: True)
     assert time.monotonic() - start < 30
+
+
+def test_the_writers_own_work_is_not_the_controllers():
+    """The CPU the hold counts is the other threads': a writer busy on its own thread (as
+    one a higher-priority process starves, finding a backlog each time it runs) counts
+    nothing, a controller busy on another thread counts (the writer once held an hour
+    under a CPU hog because its own work counted)."""
+
+    def spin(seconds: float) -> None:
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
+            pass
+
+    before = others_cpu()
+    spin(0.05)
+    assert others_cpu() - before < 0.01
+    before = others_cpu()
+    worker = threading.Thread(target=spin, args=(0.05,))
+    worker.start()
+    worker.join()
+    assert others_cpu() - before >= 0.04
