@@ -25,6 +25,7 @@ import orjson
 
 from . import config
 from ._syncer import Syncer
+from .constants import ROLLOUT_TRACE_FILENAME
 
 __all__ = [
     "COUNTS",
@@ -33,6 +34,7 @@ __all__ = [
     "JsonlExporter",
     "LogExporter",
     "encode_event",
+    "log_path",
 ]
 
 _log = logging.getLogger("otel_rollout")
@@ -195,6 +197,20 @@ def oversized(event: dict[str, Any], size: int) -> bytes:
 #: publish line on disk, whatever the interval.  Matched in the batch's bytes (50 ns an
 #: event here, against 100-250 for a test of each event's kind in the encoding loop).
 _SYNC_AT_ONCE = (b'"event":"checkpoint.publish"', b'"event":"checkpoint.restore"')
+
+
+def log_path(path: str | os.PathLike[str]) -> Path:
+    """The log file a writer given ``path`` writes: ``path`` itself, or
+    ``path/rollout_trace.jsonl`` when ``path`` is a directory, one that exists, or a new
+    path that ends in a separator or has no suffix (``runs/exp1``: a log directory, as the
+    simulator's ``--log-dir`` is; ``runs/exp1.jsonl``: a file)."""
+    text = os.fspath(path)
+    target = Path(text)
+    ends_in_separator = text.endswith((os.sep, "/"))
+    new_directory = not target.exists() and (ends_in_separator or not target.suffix)
+    if target.is_dir() or new_directory:
+        return target / ROLLOUT_TRACE_FILENAME
+    return target
 
 
 class JsonlExporter:

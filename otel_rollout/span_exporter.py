@@ -23,8 +23,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from . import config
-from .constants import log_path
-from .exporters import JsonlExporter
+from .exporters import JsonlExporter, log_path
 from .schema import SCHEMA_VERSION
 from .span_contract import KIND_ORDER, RUN_ATTRIBUTE, SPANS
 from .span_lines import Malformed, span_events

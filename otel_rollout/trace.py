@@ -35,8 +35,8 @@ from .batch_age import (
     pop_batch_age,
     tokens_by_version,
 )
-from .constants import ROLLOUT_TRACE_FILENAME, log_path
-from .exporters import EventExporter, JsonlExporter
+from .constants import ROLLOUT_TRACE_FILENAME
+from .exporters import EventExporter, JsonlExporter, log_path
 from .follow import file_size
 from .reader import read_events
 from .schema import SCHEMA_VERSION
@@ -75,7 +75,7 @@ class RolloutTrace:
     """Append rollout events to a JSONL file off the caller's thread, or drop them.
 
     ``RolloutTrace(path)`` opens ``path`` for appending (a directory, or a new path with
-    no suffix, gets ``rollout_trace.jsonl`` inside it: :func:`~otel_rollout.constants.log_path`)
+    no suffix, gets ``rollout_trace.jsonl`` inside it: :func:`~otel_rollout.exporters.log_path`)
     and writes a ``run.start`` line;
     ``RolloutTrace(None)`` makes every call a no-op.  ``capacity`` bounds the
     events waiting to be written (``OTEL_ROLLOUT_QUEUE_SIZE``); past it, events
