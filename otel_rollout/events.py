@@ -84,8 +84,9 @@ Event = Union[tuple(EVENT_TYPES.values())]  # type: ignore[valid-type]  # noqa: 
 
 #: The fast path: decodes and validates in C (a line that does not fit raises).
 DECODER: msgspec.json.Decoder[Any] = msgspec.json.Decoder(Event)
-#: A block of whole lines as one JSON array (see ``EventReader``'s whole-block path).
-LINES_DECODER: msgspec.json.Decoder[Any] = msgspec.json.Decoder(list[Event])  # type: ignore[valid-type]
+#: A block of whole lines as one JSON array of one-event arrays (see ``EventReader``'s
+#: whole-block path).
+LINES_DECODER: msgspec.json.Decoder[Any] = msgspec.json.Decoder(list[tuple[Event]])  # type: ignore[valid-type]
 _plain: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
 
 

@@ -62,9 +62,12 @@ def hostile_line(draw, events: list[dict]) -> bytes:
         parts.pop(draw(st.sampled_from(sorted(parts))))
     line = b"{" + b",".join(orjson.dumps(k) + b":" + v for k, v in parts.items()) + b"}"
     how = draw(st.sampled_from(["whole", "whole", "truncated", "garbage", "not utf-8", "two",
-                                "blank"]))  # fmt: skip
+                                "blank", "split"]))  # fmt: skip
     if how == "two":  # two events on one line (the second valid): not JSON to a plain parse
-        line += draw(st.sampled_from([b"", b" ", b"\t"])) + orjson.dumps(events[0])
+        line += draw(st.sampled_from([b"", b" ", b"\t", b","])) + orjson.dumps(events[0])
+    elif how == "split":  # one event cut across two lines (inside a string, or between fields)
+        at = draw(st.integers(1, max(len(line) - 1, 1)))
+        line = line[:at] + b"\n" + line[at:]
     elif how == "blank":
         line = draw(st.sampled_from([b"", b" ", b"\t "]))
     elif how == "truncated":

@@ -8,6 +8,7 @@ import logging
 
 import msgspec
 import orjson
+import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
@@ -319,3 +320,49 @@ class TestEventsInMemory:
             typed, why = from_object(event)
             assert why is None, why
             assert typed == from_line(orjson.dumps(event))[0]
+
+
+class TestWholeBlocks:
+    """A block of whole lines is decoded in one call; any line that is not exactly one
+    event sends it line by line, so the typed reader skips what validate rejects."""
+
+    @pytest.mark.parametrize(
+        "bad",
+        [
+            pytest.param(lambda a, b: [a + b"," + b], id="two-events-joined-by-a-comma"),
+            pytest.param(lambda a, b: [a + b" " + b, b""], id="two-events-and-a-blank-line"),
+            pytest.param(
+                lambda a, b: [a[: a.index(b"group-") + 3], a[a.index(b"group-") + 3 :]],
+                id="an-event-cut-inside-a-string",  # its group_id: it would still be an event
+            ),
+            pytest.param(
+                lambda a, b: [a[: a.index(b',"event"')], a[a.index(b',"event"') :]],
+                id="an-event-cut-between-fields",
+            ),
+        ],
+    )
+    def test_a_bad_line_in_a_block_is_skipped_with_its_number(self, tmp_path, bad, cli):
+        """In a file of many blocks, a bad line amid good ones is skipped as validate says,
+        with the line numbers validate gives, and the lines after it keep theirs."""
+        b = TraceBuilder()
+        for i in range(3000):
+            b.event("group.admit", group_id=f"group-{i:05d}", prompt_id=i)
+        lines = b.lines().splitlines()
+        middle = 1500
+        first, second = lines[middle], lines[middle + 1]
+        body = lines[:middle] + bad(first, second) + lines[middle + 2 :]
+        path = tmp_path / "t.jsonl"
+        path.write_bytes(b"\n".join(body) + b"\n")
+        skipped: list[int] = []
+        reader = EventReader(path, typed=True, on_skip=lambda n, why: skipped.append(n))
+        seen = {}
+        for batch, where in reader.numbered_batches():
+            numbers = range(where, where + len(batch)) if isinstance(where, int) else where
+            for n, e in zip(numbers, batch, strict=True):
+                seen[n] = getattr(e, "prompt_id", None)
+        out = cli("validate", "--json", "--max-report", "100", str(path))
+        problems = map(orjson.loads, out.stdout.splitlines())
+        errors = sorted(p["line"] for p in problems if p["severity"] == "error")
+        assert errors and skipped == errors
+        after = len(body)  # the last line keeps its number and prompt
+        assert seen[after] == 2999 and reader.lines == after
