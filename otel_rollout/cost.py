@@ -286,11 +286,11 @@ class CostAnalysis(Analysis):
         # Work a resumed run carried out of a group already trained or discarded (by a step
         # or discard its restore undid) leaves that group's tokens in the ledger; from a
         # group in flight it left the shared state's record before the ledger took it.
-        carried = self.state.carried
-        for move in carried[self._carried :]:
+        moved = self.state.carries.moved
+        for move in moved[self._carried :]:
             if move.settled:
-                self.ledger.carry_out(move.donor, sum(move.lots))
-        self._carried = len(carried)
+                self.ledger.carry_out(move.donor, move.tokens)
+        self._carried = len(moved)
         # Groups neither trained nor discarded yet count as they stand, the ledger untouched:
         # a live view asks for the result again as the file grows.
         buckets = self.ledger.resolve(GroupFates.of(self.state), self.state.groups)

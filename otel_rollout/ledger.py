@@ -50,7 +50,7 @@ class Ledger:
 
     def carry_out(self, group_id: str, tokens: int) -> None:
         """A resumed run carried ``tokens`` of a settled group's work into a group of its own
-        (:class:`~otel_rollout.analysis.state.Carried`): they follow that group now."""
+        (:class:`~otel_rollout.analysis.carry.Carried`): they follow that group now."""
         self.groups[group_id][0] -= tokens
 
     def discard(self, group_id: str, run_id: str, reason: str) -> None:

@@ -35,6 +35,13 @@ __all__ = [
     "staleness_file",
 ]
 
+# A sealed attempt is two integers: its tokens, and its milliseconds in flight (capped at 34
+# years) with its generation index + 1 above them (0 past 2**22 - 1: not known), so that
+# work a resumed run carried elsewhere can follow its rollout (16 bytes an attempt).
+_GEN_SHIFT = 40
+_MS = (1 << _GEN_SHIFT) - 1
+_GENS = (1 << 22) - 1
+
 #: The discard (or abandon) reason that means "too old to train".
 STALE = "stale"
 REFUSED = "refused"
@@ -211,12 +218,18 @@ class StalenessAnalysis(Analysis):
             if held is None:
                 held = record[5] = array("q")
             attempt = running.get(e.attempt_id)
-            held.append(e.tokens)
-            if attempt is None:
-                held.append(0)
-            else:
+            ms = 0
+            if attempt is not None:
                 flight = e.t - attempt[2]
-                held.append(round(flight * 1000) if flight > 0.0 else 0)
+                ms = min(round(flight * 1000), _MS) if flight > 0.0 else 0
+            gen = e.generation_index
+            packed = ms | (gen + 1) << _GEN_SHIFT if gen < _GENS else ms
+            try:
+                held.append(e.tokens)
+            except OverflowError:  # a count past 64 bits: this group's lengths in a list
+                held = record[5] = list(held)
+                held.append(e.tokens)
+            held.append(packed)
 
         return seal
 
@@ -277,7 +290,7 @@ class StalenessAnalysis(Analysis):
                 if pair is None:
                     pair = sealed_by_outcome[outcome] = (Counter(), Counter())
                 pair[0].update(sealed[::2])
-                pair[1].update(sealed[1::2])
+                pair[1].update(sealed[1::2])  # milliseconds, the generation above them
             wasted = outcome.startswith(("discarded", LOST_AT_STOP))
             if wasted and prompt_id is not None:  # (groups reserved in the file only)
                 tokens = sum(sealed[::2]) if sealed is not None else 0
@@ -286,9 +299,10 @@ class StalenessAnalysis(Analysis):
         outcomes = {o: {k: dict(h) for k, h in hists.items()} for o, hists in self.outcomes.items()}
         for outcome, (lengths, times) in sealed_by_outcome.items():
             hists = outcomes.setdefault(outcome, {"tokens": {}, "ms": {}})
-            for name, counted in (("tokens", lengths), ("ms", times)):
+            for name, counted, mask in (("tokens", lengths, -1), ("ms", times, _MS)):
                 counts = hists[name]
                 for value, n in counted.items():
+                    value &= mask
                     counts[value] = counts.get(value, 0) + n
         report.outcomes = outcomes
         ranked = {
@@ -305,26 +319,39 @@ class StalenessAnalysis(Analysis):
 
     def _move_carried(self) -> None:
         """Sealed attempts a resumed run carried into another group (the shared state found
-        them: :meth:`State._carry`) follow that group's fate, as in the ledger: each moved
-        lot takes an attempt of its size from the group it left."""
-        carried = self.state.carried
-        for move in carried[self._carried :]:
+        them: :class:`~otel_rollout.analysis.carry.Carries`) follow that group's fate, as in
+        the ledger: each moved rollout takes its attempts, by generation, from the group it
+        left."""
+        moved = self.state.carries.moved
+        for move in moved[self._carried :]:
             donor = self.groups.get(move.donor)
-            record = self.groups.get(move.group)
-            lots = move.lots
-            if donor is None or donor[5] is None or record is None:
+            if donor is None or donor[5] is None:
                 continue
+            record = self.groups.get(move.group)
+            if record is None:
+                record = self.groups[sys.intern(move.group)] = [move.run, *[None] * 5]
             held = donor[5]
             taken = record[5] if record[5] is not None else array("q")
-            record[5] = taken
-            for tokens in lots:
-                for i in range(0, len(held), 2):
-                    if held[i] == tokens:
-                        taken.append(held[i])
-                        taken.append(held[i + 1])
-                        del held[i : i + 2]
-                        break
-        self._carried = len(carried)
+            gens = {key[2] + 1 for key, _ in move.keys}
+            kept = held[:0]  # an empty array (or list) of the same kind
+            for i in range(0, len(held), 2):
+                pair = held[i : i + 2]
+                if pair[1] >> _GEN_SHIFT in gens:
+                    taken = _extended(taken, pair)
+                else:
+                    kept = _extended(kept, pair)
+            donor[5], record[5] = kept, taken
+        self._carried = len(moved)
+
+
+def _extended(values: Any, pair: Any) -> Any:
+    """``values`` (an array of 64-bit integers, or a list) with ``pair`` added: a list once a
+    value does not fit."""
+    try:
+        values.extend(pair)
+    except OverflowError:
+        values = [*values, *pair]
+    return values
 
 
 def deciles(counts: Mapping[tuple[int, str], int]) -> tuple[list[dict[str, Any]], float | None]:

@@ -108,6 +108,7 @@ def traces(draw: st.DrawFn) -> list[dict[str, Any]]:
     prompt_of: dict[str, int] = {}
     carried: dict[str, int] = {}  # group → tokens carried into it from a stopped run's
     settled: list[str] = []  # groups this run trained or discarded since its last publish
+    used: dict[str, list[str]] = {}  # group → its attempts (their generation indexes)
     for r in range(draw(st.integers(1, 4))):
         if r:
             b.new_run(f"r{r}")
@@ -116,7 +117,7 @@ def traces(draw: st.DrawFn) -> list[dict[str, Any]]:
         # Re-reserved under a new ID, its finished work carried: a group the stop left in
         # flight, or one trained or discarded after the last checkpoint (the restore undid
         # that, and the snapshot held the group in flight).
-        left = {**open_groups, **{g: [] for g in settled if g not in open_groups}}
+        left = {**open_groups, **{g: used[g] for g in settled if g not in open_groups}}
         open_groups, settled = {}, []
         for old in sorted(left):
             if not draw(st.booleans()):
@@ -126,7 +127,7 @@ def traces(draw: st.DrawFn) -> list[dict[str, Any]]:
             prompt_of[gid] = prompt_of[old]
             b.event("group.reserve", group_id=gid, prompt_id=prompt_of[gid], size=2,
                     weight_version=0)  # fmt: skip
-            open_groups[gid] = list(left[old])  # new attempts take new generation indexes
+            open_groups[gid] = used[gid] = list(left[old])  # new attempts, new generations
             carried[gid] = sum(lots.get(old, ())) + carried.get(old, 0)  # all it finished
         sealed = [g for g in kept if draw(st.booleans())]  # the snapshot kept these
         for _ in range(draw(st.integers(0, 25))):
@@ -142,7 +143,7 @@ def traces(draw: st.DrawFn) -> list[dict[str, Any]]:
                 prompt_of[gid] = counter["group"]
                 b.event("group.reserve", group_id=gid, prompt_id=prompt_of[gid], size=2,
                         weight_version=0)  # fmt: skip
-                open_groups[gid] = []
+                open_groups[gid] = used[gid] = []
                 continue
             if action in ("attempt", "abandon"):
                 gid = draw(st.sampled_from(sorted(open_groups)))
@@ -299,8 +300,8 @@ def test_the_generator_makes_every_bucket():
         cost = CostAnalysis()
         run_events(events, [cost])
         # finished work moved to a new group, from one in flight and from one settled
-        seen["carried"] += any(not move.settled for move in cost.state.carried)
-        seen["carried, settled"] += any(move.settled for move in cost.state.carried)
+        seen["carried"] += any(not move.settled for move in cost.state.carries.moved)
+        seen["carried, settled"] += any(move.settled for move in cost.state.carries.moved)
         for cause in ledger["wasted"]:
             seen[cause.split(":")[0]] += 1
         seen["trained"] += ledger["trained"] > 0
@@ -324,3 +325,83 @@ def test_the_demo_trains_what_its_steps_trained(demo_trace):
     steps = step_ages(read_events(demo_trace))
     assert report.ledger["trained"] == sum(row.tokens for row in steps)
     assert balanced(report)
+
+
+class TestCarriedWork:
+    """Finished work a resumed run carried into a group of its own, in the cases that once
+    went wrong."""
+
+    def test_a_group_listed_at_two_stops_gives_its_work_once(self):
+        """A seals G; B trains G after its checkpoint (so G is a donor at B's stop as well as
+        A's); C carries G's work into H: trained once, no KeyError, balanced."""
+        b = TraceBuilder(run_id="A")
+        b.event("group.reserve", group_id="G", prompt_id=7, size=2, weight_version=0)
+        seal(b, "a0", "G", 7, 0, 100)
+        b.event("group.seal", group_id="G", prompt_id=7, tokens=100)
+        b.new_run("B")
+        b.event("checkpoint.publish", step=0, weight_version=0)
+        seal(b, "b1", "G", 7, 1, 50)  # B seals into G too: G is B's now
+        b.step(0, 1, ["G"])
+        b.new_run("C")
+        b.event("checkpoint.restore", step=0, weight_version=0)
+        b.event("group.reserve", group_id="H", prompt_id=7, size=2, weight_version=0)
+        b.event("group.seal", group_id="H", prompt_id=7, tokens=150)
+        b.step(0, 1, ["H"])
+        report = analyze(b.events)
+        assert report.ledger == naive_ledger(b.events)
+        assert report.ledger["trained"] == 150 and balanced(report)
+        twice = [
+            {**e, "tokens": 300} if e.get("group_id") == "H" and e["event"] == "group.seal" else e
+            for e in b.events
+        ]
+        assert balanced(analyze(twice))  # the work named twice over: nothing moves
+
+    def test_two_groups_holding_one_rollout_both_give_it(self):
+        """G1 (run A) and G2 (run B) each sealed generation 0 of prompt 7 (30 and 20 tokens);
+        C's H seals 50: both lots are H's, and the ledger balances."""
+        b = TraceBuilder(run_id="A")
+        b.event("group.reserve", group_id="G1", prompt_id=7, size=1, weight_version=0)
+        seal(b, "a", "G1", 7, 0, 30)
+        b.new_run("B")
+        b.event("group.reserve", group_id="G2", prompt_id=7, size=1, weight_version=0)
+        seal(b, "b", "G2", 7, 0, 20)
+        b.new_run("C")
+        b.event("group.reserve", group_id="H", prompt_id=7, size=1, weight_version=0)
+        b.event("group.seal", group_id="H", prompt_id=7, tokens=50)
+        b.step(0, 1, ["H"])
+        report = analyze(b.events)
+        assert report.ledger["trained"] == 50 and balanced(report)
+        assert report.ledger == naive_ledger(b.events)
+
+    def test_staleness_moves_every_seal_of_a_carried_rollout(self):
+        """Generation 0 sealed twice into G (30 and 25 tokens), then carried into H: the
+        staleness outcomes say trained 55, as the ledger does."""
+        from otel_rollout.staleness import staleness
+
+        b = TraceBuilder(run_id="A")
+        b.event("group.reserve", group_id="G", prompt_id=7, size=1, weight_version=0)
+        seal(b, "a", "G", 7, 0, 30)
+        seal(b, "a2", "G", 7, 0, 25)
+        b.new_run("B")
+        b.event("group.reserve", group_id="H", prompt_id=7, size=1, weight_version=0)
+        b.event("group.seal", group_id="H", prompt_id=7, tokens=55)
+        b.step(0, 1, ["H"])
+        assert analyze(b.events).ledger["trained"] == 55
+        outcomes = staleness(b.events).record()["length_bias"]["outcomes"]
+        assert outcomes["trained"]["tokens"] == 55 and outcomes["trained"]["attempts"] == 2
+
+    def test_a_run_that_never_checkpoints_keeps_a_bounded_set_of_donors(self):
+        """Groups trained with no checkpoint.publish are kept as possible donors only up to
+        SETTLED_KEPT (they were kept for the whole run, ~110 bytes an attempt)."""
+        from otel_rollout.analysis import run_events
+        from otel_rollout.analysis.carry import SETTLED_KEPT
+
+        b = TraceBuilder(run_id="A")
+        for i in range(SETTLED_KEPT + 500):
+            gid = f"g{i}"
+            b.event("group.reserve", group_id=gid, prompt_id=i, size=1, weight_version=0)
+            seal(b, f"a{i}", gid, i, 0, 1)
+            b.step(i, i + 1, [gid])
+        cost = CostAnalysis()
+        run_events(b.events, [cost])
+        assert len(cost.state.carries._settled) == SETTLED_KEPT

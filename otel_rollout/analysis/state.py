@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..age import SealCounts, StepAge, seal_counts, step_age
+from .carry import Carries
 
 __all__ = [
     "Attempt",
-    "Carried",
     "Group",
     "Key",
     "Run",
@@ -93,16 +93,6 @@ def never_sealed(step: int, group_ids: Iterable[str], sealed: Container[str]) ->
     return f"train.step {step} names groups that were never sealed: {shown}"
 
 
-@dataclass(slots=True)
-class Carried:
-    """Sealed attempts a resumed run carried from ``donor`` into its group ``group``."""
-
-    donor: str
-    group: str
-    lots: list[int]  # the tokens of each attempt moved
-    settled: bool  # the donor was trained or discarded already (its tokens in the ledger)
-
-
 Warn = Callable[[Any, str], None]  # (the event, the problem)
 
 
@@ -124,19 +114,8 @@ class State:
         self._age_of: Any = None  # the train.step whose StepAge is in _age
         self._age: Any = None
         self.epochs: dict[str, int] = {}  # group_id → epoch, kept while attempts may name it
-        #: (epoch, prompt_id) → groups a stop left in flight with sealed attempts of that
-        #: prompt: where a later run's group of the prompt may have carried their work.
-        self.orphans: dict[tuple[int, int], list[str]] = {}
-        #: Sealed work carried into another run's group: (from group, to group, the tokens
-        #: of each attempt moved, whether the group it left was trained or discarded then),
-        #: in the order found (see :meth:`_carry`).
-        self.carried: list[Carried] = []
-        # Groups trained or discarded since this run's last checkpoint.publish: a restore to
-        # that checkpoint undoes that, and a resumed run may carry their finished work into
-        # new groups.  The run before's are the donors; older ones are dropped (memory: one
-        # checkpoint interval of groups).
-        self._settled: dict[str, Group] = {}
-        self._donors: dict[str, Group] = {}
+        #: Finished work a resumed run carried into groups of its own (see carry.py).
+        self.carries = Carries(self.groups)
         self._apply: dict[str, Callable[[Any], None]] = {
             "attempt.dispatch": self._hot_dispatch(),
             "attempt.resume": self._hot_dispatch(),
@@ -181,10 +160,7 @@ class State:
         for attempt_id, _ in dead:
             del attempts[attempt_id]
         groups = {g: group for g, group in self.groups.items() if group.run_id == old.run_id}
-        self._donors, self._settled = self._settled, {}
-        for group_id, group in (*groups.items(), *self._donors.items()):
-            for prompt in {key[:2] for key in group.attempts}:
-                self.orphans.setdefault(prompt, []).append(group_id)
+        self.carries.stop(groups)
         return Stop(old, run, [a for _, a in dead], groups)
 
     # The state's handlers: called after every analysis has seen the event.
@@ -231,45 +207,16 @@ class State:
         if group is None:
             group = self.groups[e.group_id] = Group(e.run_id, self.epochs.get(e.group_id, 0), e.t)
         group.sealed_tokens = e.tokens
-        if self.orphans and e.tokens > sum(group.attempts.values()):
-            self._carry(e, group, e.tokens - sum(group.attempts.values()))
+        self.carries.seal(e, group)
         group_id = e.group_id
         if group_id not in self.seals:  # one string a group for every record (see engine)
             group_id = sys.intern(group_id)
         self.seals[group_id] = seal_counts(e.tokens_by_version)
 
-    def _carry(self, e: Any, group: Group, shortfall: int) -> None:
-        """A group seals more tokens than its own attempts sealed: a resumed run re-reserved
-        a group a stop left in flight under a new ID and carried its finished generations
-        over, with no attempt events of their own.  Those attempts (of the same prompt and
-        epoch, in groups of earlier runs still in flight, their generation not run again
-        in this group) move to this group when their tokens make up the difference
-        exactly; otherwise nothing moves (the difference is unexplained)."""
-        found: list[tuple[str, Key, int]] = []
-        for donor_id in self.orphans.get((group.epoch, e.prompt_id), ()):
-            donor = self.groups.get(donor_id) or self._donors.get(donor_id)
-            if donor is None or donor is group or donor.run_id == e.run_id:
-                continue  # settled before its run's last checkpoint, or taken over since
-            for key, tokens in donor.attempts.items():
-                if key[1] == e.prompt_id and key[0] == group.epoch and key not in group.attempts:
-                    found.append((donor_id, key, tokens))
-        if not found or sum(tokens for _, _, tokens in found) != shortfall:
-            return
-        moved: dict[str, list[int]] = {}
-        for donor_id, key, tokens in found:
-            donor = self.groups.get(donor_id) or self._donors[donor_id]
-            del donor.attempts[key]
-            group.attempts[key] = tokens
-            moved.setdefault(donor_id, []).append(tokens)
-        self.carried += [
-            Carried(donor_id, e.group_id, lots, donor_id not in self.groups)
-            for donor_id, lots in moved.items()
-        ]
-
     def _group_discard(self, e: Any) -> None:
         group = self.groups.pop(e.group_id, None)
-        if group is not None and group.attempts:
-            self._settled[e.group_id] = group
+        if group is not None:
+            self.carries.settled(e.group_id, group)
         self.epochs.pop(e.group_id, None)
 
     def _train_step(self, e: Any) -> None:
@@ -281,17 +228,17 @@ class State:
             e.step, e.trained_version, e.group_ids, e.run_id, e.t, e.batch_age
         )
         self.trained.update(e.group_ids)
-        settled = self._settled
+        carries = self.carries
         for group_id in e.group_ids:
             group = groups.pop(group_id, None)
-            if group is not None and group.attempts:
-                settled[group_id] = group
+            if group is not None:
+                carries.settled(group_id, group)
             epochs.pop(group_id, None)
         run = self.run
         if run is not None and (run.last_step is None or e.step > run.last_step):
             run.last_step = e.step
 
     def _checkpoint_publish(self, e: Any) -> None:
-        self._settled.clear()  # in the checkpoint's weights: no resume from it redoes them
+        self.carries.published()
         if self.run is not None:
             self.run.last_checkpoint = {"step": e.step, "weight_version": e.weight_version}
