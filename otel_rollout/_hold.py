@@ -66,6 +66,11 @@ class Hold:
         self._held_until: float | None = None  # when the last hold was to end, if it ran out
         self._since, self._cpu_since = clock(), cpu()  # when the last batch was taken
 
+    def start(self) -> None:
+        """Called first on the writer's thread: the CPU read is of the threads but the
+        caller's, and the hold is made on the thread that makes the pipeline."""
+        self._since, self._cpu_since = self._clock(), self._cpu()
+
     def taken(self, first: Any) -> None:
         """The writer took a batch whose oldest item is ``first`` (an event dict, or a
         flush or stop marker): was it kept waiting by a busy GIL?"""

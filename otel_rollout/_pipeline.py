@@ -233,6 +233,7 @@ class Pipeline:
         get = self._queue.get
         qsize = self._queue.qsize
         hold = self._hold
+        hold.start()
         stopping = False
         max_batch = self._max_batch
         while not stopping:
