@@ -199,16 +199,22 @@ def oversized(event: dict[str, Any], size: int) -> bytes:
 _SYNC_AT_ONCE = (b'"event":"checkpoint.publish"', b'"event":"checkpoint.restore"')
 
 
+#: Suffixes that make a new path a log file rather than a log directory (``runs/lr0.5``
+#: is a directory: a dot in a run's name is common).
+LOG_FILE_SUFFIXES = frozenset({".jsonl", ".ndjson", ".json", ".log", ".txt"})
+
+
 def log_path(path: str | os.PathLike[str]) -> Path:
     """The log file a writer given ``path`` writes: ``path`` itself, or
-    ``path/rollout_trace.jsonl`` when ``path`` is a directory, one that exists, or a new
-    path that ends in a separator or has no suffix (``runs/exp1``: a log directory, as the
-    simulator's ``--log-dir`` is; ``runs/exp1.jsonl``: a file)."""
+    ``path/rollout_trace.jsonl`` when ``path`` is a directory: one that exists, or a new
+    path that ends in a separator or whose suffix is none of :data:`LOG_FILE_SUFFIXES`
+    (``runs/exp1`` and ``runs/lr0.5``: log directories, as the simulator's ``--log-dir``
+    is; ``runs/exp1.jsonl``: a file)."""
     text = os.fspath(path)
     target = Path(text)
-    ends_in_separator = text.endswith((os.sep, "/"))
-    new_directory = not target.exists() and (ends_in_separator or not target.suffix)
-    if target.is_dir() or new_directory:
+    if target.exists():
+        return target / ROLLOUT_TRACE_FILENAME if target.is_dir() else target
+    if text.endswith((os.sep, "/")) or target.suffix.lower() not in LOG_FILE_SUFFIXES:
         return target / ROLLOUT_TRACE_FILENAME
     return target
 

@@ -64,13 +64,14 @@ class TestOpening:
         [
             ("new_dir", "new_dir/rollout_trace.jsonl"),  # no suffix: a log directory
             ("new/dir/", "new/dir/rollout_trace.jsonl"),
+            ("lr0.5", "lr0.5/rollout_trace.jsonl"),  # a dot in a run's name
             ("trace.jsonl", "trace.jsonl"),
-            ("trace.jsonl.part", "trace.jsonl.part"),
+            ("trace.log", "trace.log"),
         ],
     )
     def test_a_new_path_is_a_directory_unless_it_names_a_file(self, tmp_path, given, log):
-        """A path that does not exist yet is a log directory when it has no suffix or ends in
-        a separator (as the README's RolloutTrace(log_dir) does), and a file otherwise."""
+        """A path that does not exist yet is a log file when its suffix says so (.jsonl,
+        .log, ...), and a log directory otherwise (as the README's RolloutTrace(log_dir))."""
         with RolloutTrace(f"{tmp_path}/{given}") as tr:
             assert tr.path == tmp_path / log
         assert (tmp_path / log).is_file()
