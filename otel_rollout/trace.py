@@ -75,8 +75,8 @@ class RolloutTrace:
     """Append rollout events to a JSONL file off the caller's thread, or drop them.
 
     ``RolloutTrace(path)`` opens ``path`` for appending (a directory, or a new path whose
-    suffix is not a log file's, gets ``rollout_trace.jsonl`` inside it: :func:`~otel_rollout.exporters.log_path`)
-    and writes a ``run.start`` line;
+    suffix is not a log file's, gets ``rollout_trace.jsonl`` inside it: see
+    :func:`~otel_rollout.exporters.log_path`) and writes a ``run.start`` line;
     ``RolloutTrace(None)`` makes every call a no-op.  ``capacity`` bounds the
     events waiting to be written (``OTEL_ROLLOUT_QUEUE_SIZE``); past it, events
     are dropped, counted and reported in the file as ``trace.dropped``.
