@@ -1,8 +1,8 @@
 """Files in → one pass → analyses: every number the offline tools show comes from here.
 
 :mod:`.engine` runs any number of :class:`Analysis` classes over one read of a
-file; :mod:`.state` is what the pass keeps once for all of them; each other
-module is one analysis.
+file; :mod:`.state` is what the pass keeps once for all of them (its records in
+:mod:`.records`, carried work in :mod:`.carry`); each other module is one analysis.
 """
 
 from .engine import Analysis, Engine, OnWarning, run_events, run_file

@@ -17,10 +17,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .state import Group, Key
+from .records import Group, Key
 
 __all__ = ["SETTLED_KEPT", "Carried", "Carries"]
 

@@ -1,6 +1,8 @@
 """What the one pass keeps once for every analysis: runs, work in flight, seals, steps.
 
-The engine hands each event to the analyses first and then to :meth:`State.apply`,
+The records it keeps are in :mod:`.records`; finished work a resumed run carried into
+groups of its own, in :mod:`.carry`.  The engine hands each event to the analyses
+first and then to the state's own handlers,
 so an analysis always sees the state as it was *before* the event it is
 looking at (the attempt a seal ends is still in flight; the groups a step
 trains are still in :attr:`State.groups`).
@@ -10,11 +12,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Container, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..age import SealCounts, StepAge, seal_counts, step_age
 from .carry import Carries
+from .records import Attempt, Group, Key, Run, Step, Stop
 
 __all__ = [
     "Attempt",
@@ -26,62 +28,6 @@ __all__ = [
     "Stop",
     "never_sealed",
 ]
-
-#: A rollout's identity across runs: ``(epoch, prompt_id, generation_index)``.
-Key = tuple[int, int, int]
-
-
-@dataclass(slots=True)
-class Run:
-    """One process's run in the file, from its first event to its last."""
-
-    run_id: str
-    first_t: float
-    last_t: float
-    index: int  # 0 for the file's first run
-    last_step: int | None = None
-    last_checkpoint: dict[str, Any] | None = None
-
-
-#: An attempt dispatched or resumed and not yet sealed, refused or abandoned:
-#: ``(run_id, key, t)``, ``t`` the dispatch's or resume's time.  A plain tuple: one is
-#: made per dispatch, the commonest event, and a tuple costs a tenth of a dataclass
-#: instance (0.05 against 0.5 µs here).
-Attempt = tuple[str, Key, float]
-
-
-@dataclass(slots=True)
-class Group:
-    """A group reserved (or sealed) and not yet trained or discarded."""
-
-    run_id: str
-    epoch: int
-    t: float
-    attempts: dict[Key, int] = field(default_factory=dict)  # sealed attempts' tokens
-    sealed_tokens: int | None = None  # set by its seal
-
-
-@dataclass(slots=True)
-class Step:
-    """The ``train.step`` of one step number that survives so far (a later one replaces it)."""
-
-    step: int
-    trained_version: int
-    group_ids: list[str]
-    run_id: str
-    t: float
-    logged_batch_age: float | None
-
-
-@dataclass(slots=True)
-class Stop:
-    """A run ended and the next run in the file began: what was in flight at the stop."""
-
-    old: Run
-    new: Run
-    attempts: list[Attempt]  # running when the old run stopped (they died with it)
-    groups: dict[str, Group]  # the old run's groups in flight (they may be trained later)
-
 
 def never_sealed(step: int, group_ids: Iterable[str], sealed: Container[str]) -> str | None:
     """The warning for a ``train.step`` naming groups with no seal before it (``validate``
