@@ -35,13 +35,6 @@ __all__ = [
     "staleness_file",
 ]
 
-# A sealed attempt is two integers: its tokens, and its milliseconds in flight (capped at 34
-# years) with its generation index + 1 above them (0 past 2**22 - 1: not known), so that
-# work a resumed run carried elsewhere can follow its rollout (16 bytes an attempt).
-_GEN_SHIFT = 40
-_MS = (1 << _GEN_SHIFT) - 1
-_GENS = (1 << 22) - 1
-
 #: The discard (or abandon) reason that means "too old to train".
 STALE = "stale"
 REFUSED = "refused"
@@ -221,15 +214,13 @@ class StalenessAnalysis(Analysis):
             ms = 0
             if attempt is not None:
                 flight = e.t - attempt[2]
-                ms = min(round(flight * 1000), _MS) if flight > 0.0 else 0
-            gen = e.generation_index
-            packed = ms | (gen + 1) << _GEN_SHIFT if gen < _GENS else ms
+                ms = round(flight * 1000) if flight > 0.0 else 0
             try:
                 held.append(e.tokens)
             except OverflowError:  # a count past 64 bits: this group's lengths in a list
                 held = record[5] = list(held)
                 held.append(e.tokens)
-            held.append(packed)
+            held.append(ms)
 
         return seal
 
@@ -290,7 +281,7 @@ class StalenessAnalysis(Analysis):
                 if pair is None:
                     pair = sealed_by_outcome[outcome] = (Counter(), Counter())
                 pair[0].update(sealed[::2])
-                pair[1].update(sealed[1::2])  # milliseconds, the generation above them
+                pair[1].update(sealed[1::2])
             wasted = outcome.startswith(("discarded", LOST_AT_STOP))
             if wasted and prompt_id is not None:  # (groups reserved in the file only)
                 tokens = sum(sealed[::2]) if sealed is not None else 0
@@ -299,10 +290,9 @@ class StalenessAnalysis(Analysis):
         outcomes = {o: {k: dict(h) for k, h in hists.items()} for o, hists in self.outcomes.items()}
         for outcome, (lengths, times) in sealed_by_outcome.items():
             hists = outcomes.setdefault(outcome, {"tokens": {}, "ms": {}})
-            for name, counted, mask in (("tokens", lengths, -1), ("ms", times, _MS)):
+            for name, counted in (("tokens", lengths), ("ms", times)):
                 counts = hists[name]
                 for value, n in counted.items():
-                    value &= mask
                     counts[value] = counts.get(value, 0) + n
         report.outcomes = outcomes
         ranked = {
@@ -320,8 +310,9 @@ class StalenessAnalysis(Analysis):
     def _move_carried(self) -> None:
         """Sealed attempts a resumed run carried into another group (the shared state found
         them: :class:`~otel_rollout.analysis.carry.Carries`) follow that group's fate, as in
-        the ledger: each moved rollout takes its attempts, by generation, from the group it
-        left."""
+        the ledger: each moved rollout takes from the group it left the attempt of its
+        tokens, or the first attempts in file order that add up to them (a rollout sealed
+        more than once); none if nothing does."""
         moved = self.state.carries.moved
         for move in moved[self._carried :]:
             donor = self.groups.get(move.donor)
@@ -331,17 +322,33 @@ class StalenessAnalysis(Analysis):
             if record is None:
                 record = self.groups[sys.intern(move.group)] = [move.run, *[None] * 5]
             held = donor[5]
+            pairs = [held[i : i + 2] for i in range(0, len(held), 2)]
             taken = record[5] if record[5] is not None else array("q")
-            gens = {key[2] + 1 for key, _ in move.keys}
+            for _, tokens in move.keys:
+                chosen = _lots_of(pairs, tokens)
+                for i in sorted(chosen, reverse=True):
+                    taken = _extended(taken, pairs.pop(i))
             kept = held[:0]  # an empty array (or list) of the same kind
-            for i in range(0, len(held), 2):
-                pair = held[i : i + 2]
-                if pair[1] >> _GEN_SHIFT in gens:
-                    taken = _extended(taken, pair)
-                else:
-                    kept = _extended(kept, pair)
+            for pair in pairs:
+                kept = _extended(kept, pair)
             donor[5], record[5] = kept, taken
         self._carried = len(moved)
+
+
+def _lots_of(pairs: list[Any], tokens: int) -> list[int]:
+    """The positions of the attempt of ``tokens``, or of the first attempts that add up to
+    it; none if nothing does."""
+    for i, pair in enumerate(pairs):
+        if pair[0] == tokens:
+            return [i]
+    chosen, total = [], 0
+    for i, pair in enumerate(pairs):
+        if total + pair[0] <= tokens:
+            chosen.append(i)
+            total += pair[0]
+            if total == tokens:
+                return chosen
+    return []
 
 
 def _extended(values: Any, pair: Any) -> Any:
