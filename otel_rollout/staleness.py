@@ -5,23 +5,31 @@ One analysis of the one pass.  Every attempt's fate follows its group's, by the
 same rule as the token ledger (:class:`otel_rollout.ledger.GroupFates`), so the
 outcomes here add up to the ledger's buckets.  Memory: 16 bytes per sealed attempt
 (its length and its time in flight, to the millisecond) until the file ends, one
-small record per group, and a histogram per outcome; quantiles are exact.
+small record per group, and a histogram per outcome; quantiles are exact (the
+statistics are in :mod:`otel_rollout.distributions`).
 """
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .age import seal_items
 from .analysis import Analysis, OnWarning, Stop, run_events, run_file
 from .cost import LOST_AT_STOP, PENDING, GroupFates
+from .distributions import (
+    STALE,
+    deciles,
+    hist_summary,
+    quantile,
+    summary,
+    weighted_quantile,
+)
 from .reader import EventReader, Progress
 
 __all__ = [
@@ -33,46 +41,10 @@ __all__ = [
     "quantile",
     "staleness",
     "staleness_file",
+    "weighted_quantile",
 ]
 
-#: The discard (or abandon) reason that means "too old to train".
-STALE = "stale"
 REFUSED = "refused"
-
-
-def quantile(values: Sequence[float], q: float) -> float | None:
-    """The ``q`` quantile of sorted ``values`` (nearest rank: the smallest value with at
-    least a share ``q`` of the values at or below it), or None for none."""
-    if not values:
-        return None
-    return values[max(0, math.ceil(q * len(values)) - 1)]
-
-
-def weighted_quantile(histogram: Mapping[int, int], q: float) -> int | None:
-    """The same for a histogram ``{value: count}`` (token ages weighted by tokens)."""
-    total = sum(histogram.values())
-    if not total:
-        return None
-    need, seen = q * total, 0
-    for value in sorted(histogram):
-        seen += histogram[value]
-        if seen >= need:
-            return value
-    return max(histogram)  # pragma: no cover - seen reaches total
-
-
-def _summary(values: list[float]) -> dict[str, float | None]:
-    values.sort()
-    return {"p50": quantile(values, 0.5), "p90": quantile(values, 0.9), "max": quantile(values, 1)}
-
-
-def _hist_summary(histogram: Mapping[int, int], per: int = 1) -> dict[str, float | None]:
-    """p50 / p90 / max of a histogram, each value divided by ``per`` (ms → s)."""
-    out: dict[str, float | None] = {}
-    for name, q in (("p50", 0.5), ("p90", 0.9), ("max", 1.0)):
-        value = weighted_quantile(histogram, q)
-        out[name] = value if value is None or per == 1 else value / per
-    return out
 
 
 @dataclass
@@ -99,7 +71,7 @@ class StepStaleness:
                 "p90": weighted_quantile(ages, 0.9),
                 "max": max(ages) if ages else None,
             },
-            "wait_s": _summary(waits),
+            "wait_s": summary(waits),
         }
 
 
@@ -129,8 +101,8 @@ class StalenessReport:
                     outcome: {
                         "attempts": sum(hists["tokens"].values()),
                         "tokens": sum(t * n for t, n in hists["tokens"].items()),
-                        "length_tokens": _hist_summary(hists["tokens"]),
-                        "seconds_in_flight": _hist_summary(hists["ms"], 1000),
+                        "length_tokens": hist_summary(hists["tokens"]),
+                        "seconds_in_flight": hist_summary(hists["ms"], 1000),
                     }
                     for outcome, hists in sorted(self.outcomes.items())
                 },
@@ -359,49 +331,6 @@ def _extended(values: Any, pair: Any) -> Any:
     except OverflowError:
         values = [*values, *pair]
     return values
-
-
-def deciles(counts: Mapping[tuple[int, str], int]) -> tuple[list[dict[str, Any]], float | None]:
-    """Discard and stale rates by generation-length decile from a histogram of ``(tokens,
-    outcome)``, and the starvation ratio (stale rate of the longest tenth over the
-    shortest's): the attempts ranked by length (then outcome) and cut into ten parts."""
-    ranked = sorted((key, n) for key, n in counts.items() if n)
-    total = sum(n for _, n in ranked)
-    if total < 10:
-        return [], None
-    stale = (f"discarded: {STALE}", f"abandoned: {STALE}")
-    rows: list[dict[str, Any]] = []
-    for d in range(10):
-        lo, hi = d * total // 10, (d + 1) * total // 10
-        seen = wasted = stale_n = 0
-        first = last = None
-        for (tokens, outcome), n in ranked:
-            a, b = max(seen, lo), min(seen + n, hi)
-            seen += n
-            if a >= b:
-                if seen >= hi:
-                    break
-                continue
-            first = tokens if first is None else first
-            last = tokens
-            if outcome.startswith(("discarded", "abandoned")):
-                wasted += b - a
-            if outcome in stale:
-                stale_n += b - a
-        rows.append(
-            {
-                "decile": d + 1,
-                "min_tokens": first,
-                "max_tokens": last,
-                "attempts": hi - lo,
-                "discard_rate": wasted / (hi - lo),
-                "stale_rate": stale_n / (hi - lo),
-            }
-        )
-    low, high = rows[0]["stale_rate"], rows[-1]["stale_rate"]
-    if low:
-        return rows, high / low
-    return rows, (math.inf if high else None)
 
 
 def _repeats(wasted: Mapping[Any, list[int]]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
-from ..staleness import quantile
+from ..distributions import quantile
 
 __all__ = [
     "HEAT", "HEAT_ROWS", "MAX_BINS", "RAW_LIMIT", "TIME_UNITS", "Axis", "Bin", "bin_edges",
