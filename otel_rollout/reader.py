@@ -308,23 +308,20 @@ class EventReader:
         whole_blocks: bool,
     ) -> tuple[Any, int]:
         """One block's events (in the shape its caller asked for) and its newlines."""
-        events: Any = None
         if whole_blocks and not final and (lineno or not chunk.startswith(_BOM, start)):
             whole = self._whole_block(chunk, start, end, whole_numbered)
             if whole is not None:
                 events, newlines = whole
                 return ((events, lineno + 1) if whole_numbered else events), newlines
         newlines = chunk.count(b"\n", start, end)
-        if events is None and whole_numbered and pattern is not None:
+        if whole_numbered and pattern is not None:
             # Found lines of a few kinds: their line numbers are worked out only
             # when one is asked for (counting newlines up to each cost ~30%).
             pairs = list(self._lines(chunk, start, end, final, lineno, pattern, True, keyed=True))
             where = locator(chunk, start, lineno)
             lazy = LazyLines([offset for offset, _ in pairs], where)
-            events = ([e for _, e in pairs], lazy)
-        if events is None:
-            events = self._lines(chunk, start, end, final, lineno, pattern, numbered)
-        return events, newlines
+            return ([e for _, e in pairs], lazy), newlines
+        return self._lines(chunk, start, end, final, lineno, pattern, numbered), newlines
 
     def _lines(
         self,

@@ -118,15 +118,25 @@ def without_cyclic_gc() -> None:
     gc.disable()
 
 
-def positive_int(raw: str) -> int:
-    """An argparse type: a whole number of at least 1, or a one-line usage error."""
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {raw!r}")
-    return value
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number no smaller than ``minimum``, or a one-line usage
+    error."""
+
+    def parse(raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            least = "0 or more" if minimum == 0 else f"a whole number of at least {minimum}"
+            raise argparse.ArgumentTypeError(f"must be {least}, got {raw!r}")
+        return value
+
+    return parse
+
+
+positive_int = at_least(1)
+non_negative_int = at_least(0)
 
 
 def add_full_ids(parser: Any) -> None:
@@ -151,13 +161,3 @@ def output_directory(path: Path) -> str:
         raise CliError(f"cannot make the directory {parent}: {exc.strerror or exc}") from None
     return f" (made the directory {parent})"
 
-
-def non_negative_int(raw: str) -> int:
-    """An argparse type: an integer ≥ 0."""
-    try:
-        value = int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {raw!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value

@@ -17,7 +17,7 @@ from ..render.text import write_cost, write_steps
 from ..simulate import SimConfig, SimStatus, simulate
 from . import _demo
 from ._batch_age import load_steps
-from ._common import CliError
+from ._common import CliError, non_negative_int, positive_int
 from ._cost import load_report
 
 _DEFAULTS = SimConfig()
@@ -97,20 +97,6 @@ def _add_options(
     )
 
 
-def _at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse type: an integer no smaller than ``minimum``."""
-
-    def parse(text: str) -> int:
-        value = int(text)
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-        return value
-
-    return parse
-
-
-_positive = _at_least(1)
-_non_negative = _at_least(0)
 
 
 def _fraction(text: str) -> float:
@@ -128,13 +114,13 @@ def _speed(text: str) -> float:
 
 
 _SIM_OPTIONS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
-    ("steps", _positive, "optimizer steps"),
-    ("groups_per_step", _positive, "groups per training batch"),
-    ("group_size", _positive, "generations per prompt"),
-    ("max_lag", _non_negative, "staleness limit: most updates a group may lag the trained version"),
-    ("max_groups_in_flight", _positive, "admission capacity: groups reserved, not yet trained"),
-    ("engine_slots", _positive, "concurrent engine calls"),
-    ("checkpoint_every", _non_negative, "steps between checkpoints, 0 for none"),
+    ("steps", positive_int, "optimizer steps"),
+    ("groups_per_step", positive_int, "groups per training batch"),
+    ("group_size", positive_int, "generations per prompt"),
+    ("max_lag", non_negative_int, "staleness limit: most updates a group may lag the trained one"),
+    ("max_groups_in_flight", positive_int, "admission capacity: groups reserved, not yet trained"),
+    ("engine_slots", positive_int, "concurrent engine calls"),
+    ("checkpoint_every", non_negative_int, "steps between checkpoints, 0 for none"),
     ("error_rate", _fraction, "share of attempts that fail and are retried"),
     ("seed", int, "random seed"),
     ("speed", _speed, "run this many times faster than real time"),
