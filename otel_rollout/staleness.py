@@ -129,8 +129,8 @@ class StalenessAnalysis(Analysis):
     kinds = None  # attempts, groups and steps: nearly every kind
 
     def __init__(self) -> None:
-        # One record a group: [run, discard reason, epoch, prompt_id, reserved t, sealed],
-        # its sealed attempts as (tokens, ms in flight) pairs flat in an array: 16 bytes an
+        # One record a group (see _record), its sealed attempts as (tokens, ms in flight)
+        # pairs flat in an array: 16 bytes an
         # attempt where a list of tuples took ~150 (the 1M-line bench trace's 400k attempts
         # held the report's pass at 237 MB peak).  An attempt's start is the shared state's.
         self.groups: dict[str, list[Any]] = {}
@@ -165,18 +165,18 @@ class StalenessAnalysis(Analysis):
         """The group's record (made on first sight: its ID interned, one string for all)."""
         record = self.groups.get(e.group_id)
         if record is None:
-            record = self.groups[sys.intern(e.group_id)] = [e.run_id, None, None, None, None, None]
+            record = self.groups[sys.intern(e.group_id)] = _record(e.run_id)
         return record
 
     def _hot_seal(self) -> Callable[[Any], None]:
         # A closure over the dicts, everything inline: a seal is ~40% of a file's lines, and
         # this cut the pass's time on the 600k-line bench trace by ~0.1 s against methods.
-        groups, running, intern = self.groups, self.state.attempts, sys.intern
+        groups, running, intern, new = self.groups, self.state.attempts, sys.intern, _record
 
         def seal(e: Any) -> None:
             record = groups.get(e.group_id)
             if record is None:
-                record = groups[intern(e.group_id)] = [e.run_id, None, None, None, None, None]
+                record = groups[intern(e.group_id)] = new(e.run_id)
             else:
                 record[0] = e.run_id  # the group belongs to the last run that sealed into it
             held = record[5]
@@ -278,7 +278,6 @@ class StalenessAnalysis(Analysis):
         report.prompts = _repeats(wasted_by_prompt)
         return report
 
-
     def _move_carried(self) -> None:
         """Sealed attempts a resumed run carried into another group (the shared state found
         them: :class:`~otel_rollout.analysis.carry.Carries`) follow that group's fate, as in
@@ -292,7 +291,7 @@ class StalenessAnalysis(Analysis):
                 continue
             record = self.groups.get(move.group)
             if record is None:
-                record = self.groups[sys.intern(move.group)] = [move.run, *[None] * 5]
+                record = self.groups[sys.intern(move.group)] = _record(move.run)
             held = donor[5]
             pairs = [held[i : i + 2] for i in range(0, len(held), 2)]
             taken = record[5] if record[5] is not None else array("q")
@@ -305,6 +304,12 @@ class StalenessAnalysis(Analysis):
                 kept = _extended(kept, pair)
             donor[5], record[5] = kept, taken
         self._carried = len(moved)
+
+
+def _record(run: str) -> list[Any]:
+    """A group's record, first seen in ``run``: [run, discard reason, epoch, prompt_id,
+    reserved t, sealed attempts as flat (tokens, ms in flight) pairs]."""
+    return [run, None, None, None, None, None]
 
 
 def _lots_of(pairs: list[Any], tokens: int) -> list[int]:

@@ -160,4 +160,3 @@ def output_directory(path: Path) -> str:
     except OSError as exc:
         raise CliError(f"cannot make the directory {parent}: {exc.strerror or exc}") from None
     return f" (made the directory {parent})"
-
