@@ -130,9 +130,9 @@ class StalenessAnalysis(Analysis):
 
     def __init__(self) -> None:
         # One record a group (see _record), its sealed attempts as (tokens, ms in flight)
-        # pairs flat in an array: 16 bytes an
-        # attempt where a list of tuples took ~150 (the 1M-line bench trace's 400k attempts
-        # held the report's pass at 237 MB peak).  An attempt's start is the shared state's.
+        # pairs flat in an array: 16 bytes an attempt where a list of tuples took ~150 (the
+        # 1M-line bench trace's 400k attempts held the report's pass at 237 MB peak).  An
+        # attempt's start is the shared state's.
         self.groups: dict[str, list[Any]] = {}
         self.outcomes: dict[str, dict[str, dict[int, int]]] = {}  # known at the time: histograms
         self.waits: dict[int, list[float]] = {}  # step number → its groups' waits, latest
