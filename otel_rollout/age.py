@@ -201,9 +201,10 @@ class StepAge:
         return self.tokens_by_age.get(age, 0) / self.tokens if self.tokens else 0.0
 
 
-#: A seal's counts as every analysis keeps them: ``array('q', [v1, n1, v2, n2, ...])``
-#: (16 bytes a version; a dict and its int objects took ~400 bytes a seal, 20 MB of the
-#: 1M-line bench trace's 51k groups), or a dict when a number is past 64 bits.
+#: A seal's counts as every analysis keeps them: the bytes of ``array('q', [v1, n1, v2,
+#: n2, ...])`` (16 bytes a version; a dict and its int objects took ~400 bytes a seal, 20 MB
+#: of the 1M-line bench trace's 51k groups, and the array object itself 80 more than
+#: bytes: 4 MB), or a dict when a number is past 64 bits.
 SealCounts = Any
 Seals = Mapping[str, SealCounts]  # group_id → its sealed tokens by version
 
@@ -220,17 +221,18 @@ def seal_counts(tokens_by_version: Mapping[Any, int] | None) -> SealCounts:
             packed.append(n)
     except OverflowError:  # integers past 64 bits are kept exact, in a dict
         return {int(v): n for v, n in tokens_by_version.items()}
-    return packed
+    return packed.tobytes()
 
 
 def seal_items(counts: SealCounts) -> Iterable[tuple[int, int]]:
     """``(version, tokens)`` of packed seal counts."""
     if counts.__class__ is dict:
         return counts.items()  # the past-64-bits form
-    return zip(counts[::2], counts[1::2], strict=True)
+    packed = memoryview(counts).cast("q")
+    return zip(packed[::2], packed[1::2], strict=True)
 
 
-_EMPTY = array("q")
+_EMPTY = b""
 
 
 def step_age(

@@ -129,11 +129,11 @@ class StalenessAnalysis(Analysis):
     kinds = None  # attempts, groups and steps: nearly every kind
 
     def __init__(self) -> None:
-        # One record a group (see _record), its sealed attempts as (tokens, ms in flight)
+        # One record a group (_Group), its sealed attempts as (tokens, ms in flight)
         # pairs flat in an array: 16 bytes an attempt where a list of tuples took ~150 (the
         # 1M-line bench trace's 400k attempts held the report's pass at 237 MB peak).  An
         # attempt's start is the shared state's.
-        self.groups: dict[str, list[Any]] = {}
+        self.groups: dict[str, _Group] = {}
         self.outcomes: dict[str, dict[str, dict[int, int]]] = {}  # known at the time: histograms
         self.waits: dict[int, list[float]] = {}  # step number → its groups' waits, latest
         self._carried = 0  # the shared state's carried lots moved here so far
@@ -161,27 +161,30 @@ class StalenessAnalysis(Analysis):
         attempt = self.state.attempts.get(e.attempt_id)
         return round(max(e.t - attempt[2], 0.0) * 1000) if attempt is not None else 0
 
-    def _group(self, e: Any) -> list[Any]:
+    def _group(self, e: Any) -> _Group:
         """The group's record (made on first sight: its ID interned, one string for all)."""
         record = self.groups.get(e.group_id)
         if record is None:
-            record = self.groups[sys.intern(e.group_id)] = _record(e.run_id)
+            record = self.groups[sys.intern(e.group_id)] = _Group(self.state.run_id(e))
         return record
 
     def _hot_seal(self) -> Callable[[Any], None]:
         # A closure over the dicts, everything inline: a seal is ~40% of a file's lines, and
         # this cut the pass's time on the 600k-line bench trace by ~0.1 s against methods.
-        groups, running, intern, new = self.groups, self.state.attempts, sys.intern, _record
+        groups, running, intern, new = self.groups, self.state.attempts, sys.intern, _Group
+        state = self.state
 
         def seal(e: Any) -> None:
+            run = state.run  # e's run: its ID, one string for all its records
+            run_id = run.run_id if run is not None else e.run_id
             record = groups.get(e.group_id)
             if record is None:
-                record = groups[intern(e.group_id)] = new(e.run_id)
+                record = groups[intern(e.group_id)] = new(run_id)
             else:
-                record[0] = e.run_id  # the group belongs to the last run that sealed into it
-            held = record[5]
+                record.run = run_id  # the group belongs to the last run that sealed into it
+            held = record.sealed
             if held is None:
-                held = record[5] = array("q")
+                held = record.sealed = array("q")
             attempt = running.get(e.attempt_id)
             ms = 0
             if attempt is not None:
@@ -190,7 +193,7 @@ class StalenessAnalysis(Analysis):
             try:
                 held.append(e.tokens)
             except OverflowError:  # a count past 64 bits: this group's lengths in a list
-                held = record[5] = list(held)
+                held = record.sealed = list(held)
                 held.append(e.tokens)
             held.append(ms)
 
@@ -204,18 +207,19 @@ class StalenessAnalysis(Analysis):
 
     def _reserve(self, e: Any) -> None:
         record = self._group(e)  # reserved again: the latest reservation starts the wait
-        record[0], record[2], record[3], record[4] = e.run_id, e.epoch or 0, e.prompt_id, e.t
+        record.run, record.epoch = self.state.run_id(e), e.epoch or 0
+        record.prompt_id, record.reserved = e.prompt_id, e.t
 
     def _discard(self, e: Any) -> None:
         record = self._group(e)
-        record[0], record[1] = e.run_id, e.reason
+        record.run, record.reason = self.state.run_id(e), e.reason
 
     def _step(self, e: Any) -> None:
         waits = []
         for group_id in e.group_ids:
             record = self.groups.get(group_id)
-            if record is not None and record[4] is not None:
-                waits.append(max(e.t - record[4], 0.0))
+            if record is not None and record.reserved is not None:
+                waits.append(max(e.t - record.reserved, 0.0))
         self.waits[e.step] = waits
 
     def stop(self, stop: Stop) -> None:
@@ -230,7 +234,7 @@ class StalenessAnalysis(Analysis):
             s = state.steps[number]
             ages: dict[int, int] = {}
             for group_id in s.group_ids:
-                for version, n in seal_items(state.seals.get(group_id, ())):
+                for version, n in seal_items(state.seals.get(group_id, b"")):
                     age = max(s.trained_version - version, 0)
                     ages[age] = ages.get(age, 0) + n
             report.steps.append(
@@ -246,8 +250,8 @@ class StalenessAnalysis(Analysis):
         # attempt made this loop a fifth of the command's time.
         sealed_by_outcome: dict[str, tuple[Counter[int], Counter[int]]] = {}
         wasted_by_prompt: dict[Any, list[int]] = {}  # prompt → tokens of each wasted group
-        for group_id, (run, reason, epoch, prompt_id, _, sealed) in self.groups.items():
-            outcome = fate(group_id, run, reason)
+        for group_id, g in self.groups.items():
+            outcome, sealed = fate(group_id, g.run, g.reason), g.sealed
             if sealed is not None:
                 pair = sealed_by_outcome.get(outcome)
                 if pair is None:
@@ -255,9 +259,9 @@ class StalenessAnalysis(Analysis):
                 pair[0].update(sealed[::2])
                 pair[1].update(sealed[1::2])
             wasted = outcome.startswith(("discarded", LOST_AT_STOP))
-            if wasted and prompt_id is not None:  # (groups reserved in the file only)
+            if wasted and g.prompt_id is not None:  # (groups reserved in the file only)
                 tokens = sum(sealed[::2]) if sealed is not None else 0
-                wasted_by_prompt.setdefault((epoch, prompt_id), []).append(tokens)
+                wasted_by_prompt.setdefault((g.epoch, g.prompt_id), []).append(tokens)
         # A copy: the pass's own histograms stay as read, so a later result() is the same.
         outcomes = {o: {k: dict(h) for k, h in hists.items()} for o, hists in self.outcomes.items()}
         for outcome, (lengths, times) in sealed_by_outcome.items():
@@ -287,14 +291,14 @@ class StalenessAnalysis(Analysis):
         moved = self.state.carries.moved
         for move in moved[self._carried :]:
             donor = self.groups.get(move.donor)
-            if donor is None or donor[5] is None:
+            if donor is None or donor.sealed is None:
                 continue
             record = self.groups.get(move.group)
             if record is None:
-                record = self.groups[sys.intern(move.group)] = _record(move.run)
-            held = donor[5]
+                record = self.groups[sys.intern(move.group)] = _Group(move.run)
+            held = donor.sealed
             pairs = [held[i : i + 2] for i in range(0, len(held), 2)]
-            taken = record[5] if record[5] is not None else array("q")
+            taken = record.sealed if record.sealed is not None else array("q")
             for _, tokens in move.keys:
                 chosen = _lots_of(pairs, tokens)
                 for i in sorted(chosen, reverse=True):
@@ -302,14 +306,23 @@ class StalenessAnalysis(Analysis):
             kept = held[:0]  # an empty array (or list) of the same kind
             for pair in pairs:
                 kept = _extended(kept, pair)
-            donor[5], record[5] = kept, taken
+            donor.sealed, record.sealed = kept, taken
         self._carried = len(moved)
 
 
-def _record(run: str) -> list[Any]:
-    """A group's record, first seen in ``run``: [run, discard reason, epoch, prompt_id,
-    reserved t, sealed attempts as flat (tokens, ms in flight) pairs]."""
-    return [run, None, None, None, None, None]
+class _Group:
+    """A group's record, first seen in ``run`` (slots: ~50 bytes a group less than a list)."""
+
+    __slots__ = ("epoch", "prompt_id", "reason", "reserved", "run", "sealed")
+
+    def __init__(self, run: str) -> None:
+        self.run = run  # the last run that reserved, sealed into or discarded it
+        self.reason: str | None = None  # its discard's reason
+        self.epoch: int | None = None
+        self.prompt_id: Any = None
+        self.reserved: float | None = None  # the latest reservation's time
+        #: its sealed attempts as flat (tokens, ms in flight) pairs
+        self.sealed: Any = None
 
 
 def _lots_of(pairs: list[Any], tokens: int) -> list[int]:
