@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import reprlib
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -99,6 +100,10 @@ def _tokens_by_version(v: Any) -> str | None:
 
 _ID_SCHEMA = {"type": ["string", "integer"]}
 _GE0 = Annotated[int, msgspec.Meta(ge=0)]
+# Finite: a NaN or an infinity fails these bounds (no JSON line holds one, but a Python
+# dict handed to the reference functions can).
+_MAX = sys.float_info.max
+_FINITE = Annotated[float, msgspec.Meta(ge=-_MAX, le=_MAX)]
 
 INT = FieldType("integer", lambda v: _need(_is_int(v), "an integer"), {"type": "integer"}, int)
 COUNT = FieldType(
@@ -123,19 +128,19 @@ NUMBER = FieldType(
     "number",
     lambda v: _need(_is_number(v), "a finite number"),
     {"type": "number"},
-    float,
+    _FINITE,
 )
 SECONDS = FieldType(
     "seconds (number ≥ 0)",
     lambda v: _need(_is_number(v) and v >= 0, "a number of seconds ≥ 0"),
     {"type": "number", "minimum": 0},
-    Annotated[float, msgspec.Meta(ge=0)],
+    Annotated[float, msgspec.Meta(ge=0, le=_MAX)],
 )
 OPTIONAL_NUMBER = FieldType(
     "number or null",
     lambda v: _need(v is None or _is_number(v), "a finite number or null"),
     {"type": ["number", "null"]},
-    float | None,
+    _FINITE | None,
 )
 STRING = FieldType(
     "string",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import logging
+import math
 
 import msgspec
 import orjson
@@ -320,6 +321,29 @@ class TestEventsInMemory:
             typed, why = from_object(event)
             assert why is None, why
             assert typed == from_line(orjson.dumps(event))[0]
+
+
+    @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+    @pytest.mark.parametrize("field", ["t", "batch_age", "duration_s"])
+    def test_a_number_that_is_not_finite_is_refused_as_the_rules_refuse_it(self, field, value):
+        """A NaN or infinity in a dict (no JSON line can hold one) is an error to the fast
+        C path as to the schema's rules, and the reference functions skip it with the
+        rules' words, not compute with it."""
+        from otel_rollout.batch_age import batch_age_by_step
+        from otel_rollout.events import from_object, problems
+        from otel_rollout.schema import problems as rule_problems
+
+        event = {"t": 1.0, "run_id": "r", "event": "train.step", "step": 0,
+                 "trained_version": 1, "group_ids": ["g"], field: value}  # fmt: skip
+        found = problems(event)
+        assert found and found == rule_problems(event)
+        typed, why = from_object(event)
+        assert typed is None and why is not None and field in why
+        seal = {"t": 0.5, "run_id": "r", "event": "group.seal", "group_id": "g",
+                "prompt_id": 1, "tokens": 4, "tokens_by_version": {"0": 4}}  # fmt: skip
+        warned: list[str] = []
+        ages = batch_age_by_step([seal, event], on_malformed=lambda e, why: warned.append(why))
+        assert ages == {} and len(warned) == 1 and field in warned[0]
 
 
 class TestWholeBlocks:
