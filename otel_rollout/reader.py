@@ -25,8 +25,8 @@ from ._blocks import (
     chunks,
     kind_pattern,
     locator,
-    matching_lines,
     open_trace,
+    scan,
     size,
 )
 from ._blocks import (
@@ -313,15 +313,18 @@ class EventReader:
             if whole is not None:
                 events, newlines = whole
                 return ((events, lineno + 1) if whole_numbered else events), newlines
-        newlines = chunk.count(b"\n", start, end)
-        if whole_numbered and pattern is not None:
+        if pattern is None:
+            found, newlines = None, chunk.count(b"\n", start, end)
+        else:  # the lines that may hold a wanted kind, and the newlines, in one pass
+            found, newlines = scan(chunk, start, end, pattern, lineno == 0)
+        if whole_numbered and found is not None:
             # Found lines of a few kinds: their line numbers are worked out only
             # when one is asked for (counting newlines up to each cost ~30%).
-            pairs = list(self._lines(chunk, start, end, final, lineno, pattern, True, keyed=True))
+            pairs = list(self._lines(chunk, start, end, final, lineno, found, True, keyed=True))
             where = locator(chunk, start, lineno)
             lazy = LazyLines([offset for offset, _ in pairs], where)
             return ([e for _, e in pairs], lazy), newlines
-        return self._lines(chunk, start, end, final, lineno, pattern, numbered), newlines
+        return self._lines(chunk, start, end, final, lineno, found, numbered), newlines
 
     def _lines(
         self,
@@ -330,7 +333,7 @@ class EventReader:
         end: int,
         final: bool,
         before: int,
-        pattern: tuple[bytes, ...] | None,
+        found: list[tuple[int, bytes]] | None,
         numbered: bool,
         keyed: bool = False,
     ) -> Iterator[Any]:
@@ -343,7 +346,7 @@ class EventReader:
         typed = self._typed is not None
         kinds = self.kinds
         first = self.first_line_is_event is None
-        if pattern is None:
+        if found is None:
             lines = chunk.split(b"\n")
             if not final:
                 del lines[-1]  # the piece after ``end``: the next block's
@@ -352,7 +355,6 @@ class EventReader:
             candidates: Iterable[tuple[int, bytes]] = enumerate(lines, before + 1)
             where = None
         else:
-            found = matching_lines(chunk, start, end, pattern, before == 0)
             if numbered and not keyed:
                 candidates, where = number_lines(chunk, start, found, before), None
             else:  # keys are byte offsets; a line number is worked out only if needed
