@@ -83,9 +83,8 @@ class Engine:
         for analysis in self.analyses:
             for kind, handler in analysis.handlers().items():
                 table.setdefault(kind, []).append(handler)
-        for kind, handler in self.state.appliers().items():
-            if self.kinds is None or kind in self.kinds:
-                table.setdefault(kind, []).append(handler)  # after the analyses: see State
+        for kind, handler in self.state.appliers(self.kinds).items():
+            table.setdefault(kind, []).append(handler)  # after the analyses: see State
         # Keyed by the event's struct class (cheaper to reach than its kind's name); a kind
         # with one handler maps to it, one with several to their tuple.
         self._table: dict[type, Any] = {
