@@ -176,6 +176,26 @@ class TestCommand:
         assert proc.returncode == 2 and "cannot make the directory" in proc.stderr
         assert "Traceback" not in proc.stderr
 
+    @pytest.mark.parametrize("command", ["report", "timeline"])
+    @pytest.mark.parametrize("how", ["same-name", "a-link", "another-spelling"])
+    def test_the_trace_being_read_is_never_written_over(self, tmp_path, cli, command, how):
+        """-o naming the input trace (by its name, through a link, or spelled another way)
+        is refused in one line, and the trace is left as it was."""
+        trace = two_run_trace().write(tmp_path / "t.jsonl")
+        before = trace.read_bytes()
+        out = {
+            "same-name": trace,
+            "a-link": tmp_path / "link.json",
+            "another-spelling": tmp_path / "sub" / ".." / "t.jsonl",
+        }[how]
+        if how == "a-link":
+            out.symlink_to(trace)
+        (tmp_path / "sub").mkdir()
+        proc = cli(command, str(trace), "-o", str(out))
+        assert proc.returncode == 2, proc.stderr
+        assert "is the trace being read" in proc.stderr and "Traceback" not in proc.stderr
+        assert trace.read_bytes() == before
+
 
 def test_steps_and_versions_past_a_float_give_every_command_a_result(tmp_path, cli):
     """A step number and weight versions of 10**309 (valid: integers ≥ 0) give every read

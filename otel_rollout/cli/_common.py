@@ -148,10 +148,18 @@ def add_full_ids(parser: Any) -> None:
     )
 
 
-def output_directory(path: Path) -> str:
-    """Make the directory ``path`` is to be written in, if it is missing; the note for the
-    "wrote" line: `` (made the directory D)``, or nothing.  A directory that cannot be
-    made is a :class:`CliError`."""
+def prepare_output(path: Path, reading: Path) -> str:
+    """Ready ``path`` to be written with what was read from ``reading``: refuse it if it is
+    that very file (by name or through a link: writing would destroy the trace, a live
+    trainer's log among them), and make its directory if it is missing.  Returns the note
+    for the "wrote" line: `` (made the directory D)``, or nothing.  Either problem is a
+    :class:`CliError`."""
+    try:
+        same = os.path.samefile(path, reading)
+    except OSError:  # either is missing (or unreadable): not the same file
+        same = False
+    if same:
+        raise CliError(f"{path} is the trace being read ({reading}): name another output file")
     parent = path.parent
     if parent.exists():
         return ""

@@ -15,7 +15,7 @@ from ._common import (
     CliError,
     add_full_ids,
     check_is_trace,
-    output_directory,
+    prepare_output,
     trace_reader,
     without_cyclic_gc,
 )
@@ -48,9 +48,9 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     without_cyclic_gc()
     reader = trace_reader(args.file, typed=True)
+    where = prepare_output(args.output, Path(args.file))
     data = collect_file(reader)
     check_is_trace(reader, reader.events)
-    where = output_directory(args.output)
     try:
         with open(args.output, "w", encoding="utf-8") as out:
             write_html(data, out, Style(args.full_ids))

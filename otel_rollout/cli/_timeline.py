@@ -17,7 +17,7 @@ from ..timeline import step_windows as find_step_windows
 from ._common import (
     CliError,
     check_is_trace,
-    output_directory,
+    prepare_output,
     trace_reader,
     without_cyclic_gc,
 )
@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--counter-ms {args.counter_ms}: must be a number of milliseconds ≥ 0")
     trace_reader(args.file, progress=False)  # a missing or unreadable file: one line, first
     out_path = Path(args.output)
-    where = output_directory(out_path)
+    where = prepare_output(out_path, Path(args.file))
     try:
         if args.output.endswith(".gz"):
             raw = open(out_path, "wb")  # noqa: SIM115  # closed below, through the gzip stream
