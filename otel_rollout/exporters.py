@@ -84,6 +84,8 @@ COUNTS: dict[str, str] = {
     "handle",
     "tracker_events_dropped": "events past the trackers' inbox, dropped",
     "tracker_steps_without_age": "steps logged without batch age after events of the run dropped",
+    "tracker_rows_unindexable": "rows at a step number past 2**63 - 1, which no tracker's "
+    "step holds: not logged",
     "trackers_hung": "trackers given up on at close",
 }
 

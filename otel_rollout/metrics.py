@@ -15,13 +15,14 @@ become underscores and counters gain ``_total``: ``rollout.batch_age`` is
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry.metrics import Meter
 
-from .age import AGE_BUCKETS, LiveBatchAge
+from .age import AGE_BUCKETS, LiveBatchAge, metric_value
 
 __all__ = ["AGE_LABELS", "INSTRUMENTS", "MetricsExporter"]
 
@@ -105,20 +106,24 @@ class MetricsExporter:
             version = event["new_version"]
             i["rollout.refits"].add(1)
             i["rollout.refit.paused_calls"].add(len(event.get("cuts") or ()))
-            i["rollout.weight_version"].set(version)
+            i["rollout.weight_version"].set(metric_value(version))
         elif kind == "trace.dropped":
-            i["rollout.trace.dropped"].add(event.get("count", 0))
+            i["rollout.trace.dropped"].add(metric_value(event.get("count", 0)))
         elif kind in ("checkpoint.publish", "checkpoint.restore"):
             i["rollout.checkpoints"].add(1, {"kind": kind.split(".")[1]})
 
     def _record_step(self, row: Any) -> None:
         i = self._i
-        i["rollout.step"].set(row.step)
-        i["rollout.trained_version"].set(row.trained_version)
-        if row.batch_age is not None:
-            i["rollout.batch_age"].set(row.batch_age)
+        # Integers of any size are valid in the file; not every backend takes them, and the
+        # SDK drops a value past a float with a warning each time: those are not set.
+        for name, value in (("rollout.step", row.step),
+                            ("rollout.trained_version", row.trained_version),
+                            ("rollout.batch_age", row.batch_age)):  # fmt: skip
+            value = metric_value(value)
+            if value is not None and -math.inf < value < math.inf:
+                i[name].set(value)
         for age, n in row.tokens_by_age.items():
-            i["rollout.tokens.trained"].add(n, {"age": AGE_LABELS[age]})
+            i["rollout.tokens.trained"].add(metric_value(n), {"age": AGE_LABELS[age]})
 
     def counts(self) -> dict[str, int]:
         """Failed metric exports, as the exporters behind the meter counted them."""

@@ -240,6 +240,7 @@ class TrackerHub:
             "tracker_errors": sum(w.failed for w in self.workers) + self.internal_errors,
             "tracker_events_dropped": self.events_dropped,
             "tracker_steps_without_age": self._builder.withheld,
+            "tracker_rows_unindexable": self._builder.unindexable,
             "trackers_hung": sum(w.hung for w in self.workers),
         }
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..age import AGE_BUCKETS, LiveBatchAge, StepAge
+from ..age import AGE_BUCKETS, LiveBatchAge, StepAge, indexable_step, metric_value
 from ..analysis import Engine
 from ..cost import CostAnalysis
 from ..reader import EventReader
@@ -88,13 +88,13 @@ def restore_values(boundary: Any) -> dict[str, float]:
     """A :class:`~otel_rollout.cost.Boundary` as a row: the fields of :data:`RESTORE_METRICS`
     that have a value, as ``cost`` reports them."""
     values = {
-        f"restore/{k}": float(v)
+        f"restore/{k}": float(metric_value(v))
         for k, v in boundary.report().items()
         if f"restore/{k}" in RESTORE_METRICS and isinstance(v, (int, float))
     }
     restored = boundary.restored_checkpoint
     if restored is not None and isinstance(restored.get("step"), int):
-        values["restore/restored_step"] = float(restored["step"])
+        values["restore/restored_step"] = float(metric_value(restored["step"]))
     return values
 
 
@@ -106,9 +106,9 @@ def step_values(row: StepAge, counts: dict[str, float]) -> dict[str, float]:
     if row.tokens:
         for age, name in SHARE_NAMES.items():
             values[name] = row.share(age)
-    values["rollout/tokens_trained"] = float(row.tokens)
+    values["rollout/tokens_trained"] = float(metric_value(row.tokens))
     values["rollout/groups_trained"] = float(row.groups)
-    values["rollout/trained_version"] = float(row.trained_version)
+    values["rollout/trained_version"] = float(metric_value(row.trained_version))
     values.update(counts)
     return values
 
@@ -157,6 +157,8 @@ class RowBuilder:
         self._runs: dict[str, _Run] = {}
         #: Steps logged without batch age and restore rows withheld, after dropped events.
         self.withheld = 0
+        #: Rows at a step number past int64, which no tracker can take as its step.
+        self.unindexable = 0
         self._cost = CostAnalysis()
         self._engine = Engine([self._cost], _quiet, in_memory=True)
         self._prime: tuple[Path, int] | None = None
@@ -216,12 +218,26 @@ class RowBuilder:
                     run.counts["rollout/refits"] += 1
                     run.counts["rollout/refit_paused_calls"] += len(event.get("cuts") or ())
                 elif kind == "trace.dropped":
-                    run.counts["rollout/trace_dropped"] += int(event.get("count", 0))
+                    dropped = int(event.get("count", 0))
+                    run.counts["rollout/trace_dropped"] += float(metric_value(dropped))
                 elif kind == "checkpoint.restore":
                     self._restored(run_id, event.get("step"))
             except (LookupError, TypeError, ValueError):
                 continue  # a field missing or mistyped: it changes no row (validate says why)
-        return rows
+        return self._indexable(rows)
+
+    def _indexable(self, rows: list[Row]) -> list[Row]:
+        """``rows`` but those at a step no tracker can take (past int64), counted."""
+        kept = [row for row in rows if indexable_step(row[1])]
+        if len(kept) != len(rows):
+            if not self.unindexable:
+                _log.warning(
+                    "otel-rollout: trackers: step %d is past what a tracker's step holds "
+                    "(2**63 - 1): its row, and any such, is not logged",
+                    next(row[1] for row in rows if not indexable_step(row[1])),
+                )
+            self.unindexable += len(rows) - len(kept)
+        return kept
 
     def lost_events(self, run_ids: Iterable[Any]) -> None:
         """Events of ``run_ids`` were dropped: from now on their steps carry no batch age
@@ -244,7 +260,9 @@ class RowBuilder:
         if boundary is None:
             return []
         values = restore_values(boundary)
-        return [] if values == run.logged else [(run_id, step if step is not None else 0, values)]
+        if values == run.logged:
+            return []
+        return self._indexable([(run_id, step if step is not None else 0, values)])
 
     def end_all(self) -> list[Row]:
         return [row for run_id in list(self._runs) for row in self.end_run(run_id)]

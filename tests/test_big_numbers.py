@@ -1,0 +1,80 @@
+"""Integers of any size (valid in the file) reach metrics and trackers without a traceback:
+as floats past 64 bits, and a step past int64 (which no tracker's step holds) left out."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from _tracker_readers import tensorboard_runs
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from otel_rollout.age import metric_value
+from otel_rollout.batch_age import batch_age_by_step
+from otel_rollout.metrics import MetricsExporter
+from otel_rollout.reader import read_events
+from otel_rollout.testing import TraceBuilder
+
+HUGE_VERSION = 10**400  # past what a float holds
+HUGE_STEP = 10**30  # past int64, within a float
+
+
+def huge_trace(path: Path) -> Path:
+    """Six steps; step 2 trains version 10**400, and step 4 is numbered 10**30."""
+    b = TraceBuilder(run_id="r2r2r2r2")
+    for s in range(6):
+        b.event("group.seal", group_id=f"g{s}", prompt_id=s, tokens=10,
+                tokens_by_version={str(s): 10})  # fmt: skip
+        b.event("train.step", step=HUGE_STEP if s == 4 else s,
+                trained_version=HUGE_VERSION if s == 2 else s + 1, group_ids=[f"g{s}"])  # fmt: skip
+    path.write_text("".join(json.dumps(e) + "\n" for e in b.events))  # orjson stops at 64 bits
+    return path
+
+
+@pytest.mark.parametrize(
+    ("n", "expected"),
+    [(5, 5), (2**63 - 1, 2**63 - 1), (2**63, 2.0**63), (-(2**63) - 1, -(2.0**63)),
+     (10**400, math.inf), (-(10**400), -math.inf), (1.5, 1.5)],
+)
+def test_metric_value_keeps_64_bits_and_turns_wider_into_floats(n, expected):
+    """Within int64 an integer is kept as it is; past it, a float (±inf past a float)."""
+    got = metric_value(n)
+    assert got == expected and type(got) is type(expected)
+
+
+def test_metrics_take_huge_steps_and_versions(tmp_path):
+    """The metrics exporter (the sidecar's and export's) updates its gauges from such a file,
+    through the real SDK, with no error; the step gauge ends at the last step."""
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    exporter = MetricsExporter(provider.get_meter("test"))
+    events = list(read_events(huge_trace(tmp_path / "t.jsonl")))
+    assert exporter.export(events) == 0 and exporter.malformed == 0
+    points = {
+        m.name: [p.value for p in m.data.data_points]
+        for rm in reader.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    }
+    assert points["rollout.step"] == [5]
+    assert points["rollout.trained_version"] == [6]
+    provider.shutdown()
+
+
+def test_log_to_logs_every_step_a_tracker_can_take(tmp_path, cli):
+    """log-to writes every step but the one past int64, read back with TensorBoard's own
+    reader, each at the file's batch age (inf at 10**400); the one left out is named."""
+    trace = huge_trace(tmp_path / "t.jsonl")
+    proc = cli("log-to", f"tensorboard:{tmp_path / 'tb'}", str(trace))
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and f"step {HUGE_STEP} is past" in proc.stderr
+    [series] = tensorboard_runs(tmp_path / "tb").values()
+    expected = {s: a for s, a in batch_age_by_step(read_events(trace)).items() if s < 2**63}
+    logged = series["rollout/batch_age"]
+    assert sorted(logged) == sorted(expected) == [0, 1, 2, 3, 5]
+    for step, age in expected.items():
+        assert logged[step] == pytest.approx(age, rel=1e-6) or logged[step] == age == math.inf
+    assert series["rollout/trained_version"][2] == math.inf
