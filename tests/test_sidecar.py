@@ -502,3 +502,43 @@ class TestSpanCounts:
             counts = scrape()
         assert counts["made"] > 0 and counts["sent"] == 0
         assert counts["not_sent"] == counts["made"]
+
+
+def test_follow_by_hand_serves_the_newest_run_once_the_one_before_is_over(demo_trace, tmp_path):
+    """`export --follow` on a file of three runs whose processes have exited (read in one
+    batch, so every run starts before the first is seen to be over) serves the last run
+    on its Prometheus endpoint: its ID in target_info, its last step on the step gauge."""
+    import urllib.request
+
+    from conftest import free_port
+
+    port = free_port()
+    steps = [e for e in read_events(demo_trace) if e["event"] in ("run.start", "train.step")]
+    last_run = steps[-1]["run_id"]
+    last_step = steps[-1]["step"]
+    env = metrics_env(port) | {"OTEL_TRACES_EXPORTER": "none"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "otel_rollout", "export", str(demo_trace), "--follow",
+         "--linger", "30"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    seen: dict[str, object] = {}
+
+    def served() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                lines = r.read().decode().splitlines()
+        except OSError:
+            return False
+        seen["info"] = [line for line in lines if line.startswith("target_info{")]
+        seen["step"] = [line for line in lines if line.startswith("rollout_step{")]
+        return any(f'service_instance_id="{last_run}"' in line for line in seen["info"])
+
+    try:
+        wait_for(served, 30, f"the endpoint to serve the last run {last_run}")
+        assert len(seen["info"]) == 1  # one run at a time
+        [step] = seen["step"]
+        assert float(step.rsplit(" ", 1)[1]) == last_step
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -138,6 +138,8 @@ class _Run:
     meter_provider: MeterProvider | None = None
     metrics: MetricsExporter | None = None
     push_readers: list[MetricReader] = field(default_factory=list)
+    #: Its metrics as a scrape would see them (a private registry: see Telemetry._serve).
+    scrape: Any = None
     prometheus: bool = False  # this run's metrics are the ones the scrape endpoint serves
     ended: bool = False
     start: dict[str, Any] = field(default_factory=dict)  # its run.start event, once seen
@@ -188,8 +190,11 @@ class Telemetry:
                 self.shipper = SpanShipper(ConsoleSpanExporter())
             self.builder = SpanBuilder(self._tracer_for, end_other_runs=end_other_runs)
         self._wants_metrics = bool(chosen.metrics)
-        if prometheus_registry is not None and self.shipper is not None:
-            prometheus_registry.register(_SpanCounts(self))
+        self._served: _Run | None = None  # the run whose metrics the endpoint serves
+        if prometheus_registry is not None:
+            prometheus_registry.register(_ServedRun(self))
+            if self.shipper is not None:
+                prometheus_registry.register(_SpanCounts(self))
 
     # Runs.
 
@@ -217,30 +222,39 @@ class Telemetry:
         if run.metrics is None:
             readers: list[MetricReader] = _providers.push_metric_readers(self.chosen)
             run.push_readers = list(readers)
-            if self._registry is not None and self._take_prometheus(run):
+            if self._registry is not None:
+                # Every run's metrics are kept scrapable in a registry of its own; the
+                # endpoint serves one of them (_ServedRun), so that a run that starts while
+                # the one served is alive can take over when it ends, its values intact.
                 from opentelemetry.exporter.prometheus import PrometheusMetricReader
+                from prometheus_client import CollectorRegistry
 
-                readers.append(PrometheusMetricReader(registry=self._registry))
+                run.scrape = CollectorRegistry(auto_describe=False)
+                readers.append(PrometheusMetricReader(registry=run.scrape))
             run.meter_provider = _providers.meter_provider(run.run_id, self.chosen, readers)
             meter = run.meter_provider.get_meter(_providers.SCOPE)
             run.metrics = MetricsExporter(meter, live=self._live_age)
+            served = self._served
+            if run.scrape is not None and (served is None or served.ended):
+                self._serve(run)
         return run.metrics
 
-    def _take_prometheus(self, run: _Run) -> bool:
-        """Give ``run`` the scrape endpoint, unless a run still alive holds it."""
-        holder = next((r for r in self.runs.values() if r.prometheus), None)
-        if holder is not None:
-            if not holder.ended:
-                return False
-            self._retire(holder)
+    def _serve(self, run: _Run) -> None:
+        """Let the scrape endpoint serve ``run`` (the newest run, once the one served ended)."""
+        old, self._served = self._served, run
         run.prometheus = True
-        return True
+        if old is not None and old is not run:
+            old.prometheus = False
+            if old.ended:
+                self._retire(old)
 
     def _retire(self, run: _Run) -> None:
         """Shut an ended run's meter provider down (a last push; off the scrape endpoint)."""
+        if run is self._served:
+            self._served = None
         if run.meter_provider is not None:
             run.meter_provider.shutdown()
-        run.meter_provider, run.metrics, run.prometheus = None, None, False
+        run.meter_provider, run.metrics, run.prometheus, run.scrape = None, None, False, None
 
     # Events in.
 
@@ -287,14 +301,22 @@ class Telemetry:
             self.ship()
         run.tracer_provider = run.tracer = None  # spans all ended; a late event makes a new one
         if run.meter_provider is not None:
-            if run.prometheus:
-                # Push its last values now; the scrape endpoint keeps serving them.  Not the
-                # provider's force_flush: that would queue a second copy of every series in
-                # the Prometheus reader, and the next scrape would show both.
+            newest = self._newest_with_metrics()
+            if run.prometheus and newest is not run and newest is not None:
+                self._serve(newest)  # a later run took the stage meanwhile: it is served now
+            if run.prometheus or run is newest:
+                # Push its last values now; the scrape endpoint keeps serving them (or will,
+                # if the run served ends before it).  Not the provider's force_flush: that
+                # would queue a second copy of every series in the Prometheus reader, and
+                # the next scrape would show both.
                 for reader in run.push_readers:
                     reader.force_flush()
             else:
                 self._retire(run)
+
+    def _newest_with_metrics(self) -> _Run | None:
+        """The run that began last in the file among those whose metrics are kept."""
+        return next((r for r in reversed(self.runs.values()) if r.meter_provider), None)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every span made so far has been exported (or refused)."""
@@ -335,6 +357,23 @@ class Telemetry:
     @property
     def spans_failed(self) -> int:
         return self.shipper.failed if self.shipper is not None else 0
+
+
+class _ServedRun:
+    """The scrape endpoint's view of the run it serves (:meth:`Telemetry._serve`): that
+    run's own registry, collected at each scrape."""
+
+    def __init__(self, telemetry: Telemetry) -> None:
+        self._telemetry = telemetry
+
+    def describe(self) -> list[Any]:
+        return []  # which run, and so which series, is decided at each scrape
+
+    def collect(self) -> Iterator[Any]:
+        served = self._telemetry._served
+        scrape = served.scrape if served is not None else None
+        if scrape is not None:
+            yield from scrape.collect()
 
 
 class _SpanCounts:
