@@ -12,10 +12,9 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from .analysis import BATCH_AGE_EVENTS, StepAges, run_file
-from .reader import EventReader, unreadable
+from .reader import EventReader, trace_file, unreadable
 
 __all__ = ["print_batch_ages", "setup_logging"]
 
@@ -49,7 +48,7 @@ def print_batch_ages(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("file", help="a rollout_trace.jsonl (or .jsonl.gz)")
     args = parser.parse_args(argv)
     setup_logging()
-    path = Path(args.file)
+    path = trace_file(args.file)
     problem = unreadable(path)
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)

@@ -33,8 +33,9 @@ from ._blocks import (
     numbered as number_lines,
 )
 from ._torn import cut_short, run_of
+from .constants import ROLLOUT_TRACE_FILENAME
 
-__all__ = ["EventReader", "EventStream", "read_events", "unreadable"]
+__all__ = ["EventReader", "EventStream", "read_events", "trace_file", "unreadable"]
 
 _log = logging.getLogger("otel_rollout")
 
@@ -53,7 +54,8 @@ OnSkip = Callable[[int, str], None]
 
 
 class EventReader:
-    """Iterate the events of a trace file (plain or gzipped) in the order they were written.
+    """Iterate the events of a trace file (plain or gzipped, or the log in a log directory)
+    in the order they were written.
 
     After iteration, ``lines`` is the number of lines seen and ``skipped``
     the number that were not events (invalid JSON, torn, not an object).
@@ -86,7 +88,7 @@ class EventReader:
         validate: bool = False,
         end: int | None = None,
     ) -> None:
-        self.path = Path(path)
+        self.path = trace_file(path)  # a log directory: the log inside it
         #: Read only the file's first ``end`` bytes (a file still being appended to, read
         #: as it stood at a moment); a line they end inside is a torn last line.
         self.end = end
@@ -395,13 +397,22 @@ class EventReader:
             yield (n, event) if numbered else event
 
 
+def trace_file(path: str | os.PathLike[str]) -> Path:
+    """The trace a user names by ``path``: the file itself, or, for a directory holding a
+    ``rollout_trace.jsonl`` (the log directory a trace or ``--log-dir`` writes into),
+    that file."""
+    target = Path(path)
+    inside = target / ROLLOUT_TRACE_FILENAME
+    return inside if target.is_dir() and inside.is_file() else target
+
+
 def unreadable(path: Path) -> str | None:
     """Why a file someone named cannot be read as a trace (missing, a directory, not
     readable), in one line, or None."""
     if not path.exists():
         return f"{path}: no such file"
     if path.is_dir():
-        return f"{path}: is a directory (pass the rollout_trace.jsonl inside it)"
+        return f"{path}: is a directory, with no {ROLLOUT_TRACE_FILENAME} in it"
     if not os.access(path, os.R_OK):
         return f"{path}: permission denied"
     return None

@@ -199,3 +199,43 @@ def test_validate_refuses_a_negative_report_limit(tmp_path, cli):
     path.write_text('{"t": 1, "run_id": "r", "event": "group.admit"}\n')
     proc = cli("validate", "--max-report", "-1", str(path))
     assert proc.returncode == 2 and "must be 0 or more" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["batch-age", "--json"], ["cost", "--json"], ["staleness", "--json"], ["validate"],
+     ["watch", "--once"], ["timeline", "-o", "OUT/t.json"], ["report", "-o", "OUT/r.html"]],
+    ids=lambda c: c[0],
+)  # fmt: skip
+def test_a_log_directory_reads_as_the_log_inside_it(demo_trace, tmp_path, cli, command):
+    """A command given the directory a run logged into (its --log-dir) reads the
+    rollout_trace.jsonl inside, with the output it gives for the file; a directory with
+    no log is one line, exit 2."""
+    outputs = []
+    for n, target in enumerate((demo_trace, demo_trace.parent)):
+        args = [a.replace("OUT", str(tmp_path / str(n))) for a in command]
+        proc = cli(args[0], str(target), *args[1:])
+        assert proc.returncode == 0, proc.stderr
+        written = sorted((tmp_path / str(n)).glob("*"))
+        shown = proc.stdout
+        if command[0] == "watch":  # its frame says how long ago things were: not those lines
+            shown = [line for line in shown.splitlines() if "step " in line or "age" in line]
+        outputs.append((shown, [p.read_bytes() for p in written]))
+    assert outputs[0] == outputs[1]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    args = [a.replace("OUT", str(tmp_path / "x")) for a in command]
+    proc = cli(args[0], str(empty), *args[1:])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "is a directory, with no rollout_trace.jsonl in it" in proc.stderr
+
+
+def test_the_reference_main_reads_a_log_directory(demo_trace, tmp_path):
+    """python -m otel_rollout.trace DIR prints what it prints for the log inside DIR."""
+    runs = [
+        subprocess.run([sys.executable, "-m", "otel_rollout.trace", str(p)],
+                       capture_output=True, text=True, timeout=60)
+        for p in (demo_trace, demo_trace.parent)
+    ]
+    assert runs[0].returncode == runs[1].returncode == 0
+    assert runs[0].stdout == runs[1].stdout and runs[0].stdout

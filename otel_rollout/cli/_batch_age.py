@@ -12,7 +12,14 @@ from ..analysis import BATCH_AGE_EVENTS, StepAges, run_file
 from ..render.fields import Style
 from ..render.records import step_record
 from ..render.text import write_steps
-from ._common import add_full_ids, check_is_trace, print_json, trace_reader, without_cyclic_gc
+from ._common import (
+    add_full_ids,
+    check_is_trace,
+    print_json,
+    trace_argument,
+    trace_reader,
+    without_cyclic_gc,
+)
 
 _log = logging.getLogger("otel_rollout")
 
@@ -28,7 +35,9 @@ def add_parser(commands: Any) -> None:
             "and 3 or more. A step that a resumed run trained again shows the later run's value."
         ),
     )
-    parser.add_argument("file", help="a rollout_trace.jsonl (or .jsonl.gz)")
+    parser.add_argument(
+        "file", type=trace_argument, help="a rollout_trace.jsonl (or .jsonl.gz), or its directory"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
     add_full_ids(parser)
     parser.set_defaults(handler=run)

@@ -15,7 +15,7 @@ import msgspec
 import orjson
 
 from ..exporters import jsonable
-from ..reader import EventReader, OnSkip, unreadable
+from ..reader import EventReader, OnSkip, trace_file, unreadable
 
 
 class CliError(Exception):
@@ -24,6 +24,11 @@ class CliError(Exception):
     def __init__(self, message: str, exit_code: int = 2) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def trace_argument(value: str) -> str:
+    """The argparse type of a command's trace: a file, or a log directory holding one."""
+    return str(trace_file(value))
 
 
 def trace_reader(

@@ -15,6 +15,7 @@ from ._common import (
     check_is_trace,
     positive_int,
     print_json,
+    trace_argument,
     trace_reader,
     without_cyclic_gc,
 )
@@ -37,7 +38,9 @@ def add_parser(commands: Any) -> None:
             "record per group and per step, not the file."
         ),
     )
-    parser.add_argument("file", help="a rollout_trace.jsonl (or .jsonl.gz)")
+    parser.add_argument(
+        "file", type=trace_argument, help="a rollout_trace.jsonl (or .jsonl.gz), or its directory"
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     add_full_ids(parser)
     parser.add_argument(

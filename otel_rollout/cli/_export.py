@@ -9,8 +9,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..constants import ROLLOUT_TRACE_FILENAME
 from ..otel import OtelSettings, settings
-from ._common import CliError, checked_batches, trace_reader
+from ._common import CliError, checked_batches, trace_argument, trace_reader
 
 if TYPE_CHECKING:
     from ..sidecar._telemetry import Telemetry
@@ -29,7 +30,9 @@ def add_parser(commands: Any) -> None:
             "ended at that run's last event with rollout.ended_by=run.stopped."
         ),
     )
-    parser.add_argument("file", help="a rollout_trace.jsonl (or .jsonl.gz)")
+    parser.add_argument(
+        "file", type=trace_argument, help="a rollout_trace.jsonl (or .jsonl.gz), or its directory"
+    )
     parser.add_argument(
         "--endpoint",
         help="OTLP endpoint, e.g. http://127.0.0.1:4317 (grpc) or http://127.0.0.1:4318 "
@@ -115,8 +118,8 @@ def _follow(args: argparse.Namespace, chosen: OtelSettings) -> Telemetry:
             "nothing to export: set --endpoint, OTEL_EXPORTER_OTLP_ENDPOINT, "
             "OTEL_TRACES_EXPORTER, OTEL_METRICS_EXPORTER or OTEL_ROLLOUT_TRACKERS"
         )
-    if Path(args.file).is_dir():
-        raise CliError(f"{args.file}: is a directory (pass the rollout_trace.jsonl inside it)")
+    if Path(args.file).is_dir():  # (a missing file is waited for)
+        raise CliError(f"{args.file}: is a directory, with no {ROLLOUT_TRACE_FILENAME} in it")
     try:
         sidecar = Sidecar(args.file, chosen, linger=args.linger)
     except OSError as exc:

@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Any
 
-from ._common import CliError, checked_batches, trace_reader
+from ._common import CliError, checked_batches, trace_argument, trace_reader
 
 
 def add_parser(commands: Any) -> None:
@@ -32,7 +32,9 @@ def add_parser(commands: Any) -> None:
         ),
     )
     parser.add_argument("spec", help="where to log: tensorboard:DIR, mlflow[:URI], wandb, …")
-    parser.add_argument("file", help="a rollout_trace.jsonl (or .jsonl.gz)")
+    parser.add_argument(
+        "file", type=trace_argument, help="a rollout_trace.jsonl (or .jsonl.gz), or its directory"
+    )
     parser.add_argument(
         "--timeout",
         type=float,

@@ -16,6 +16,7 @@ from ._common import (
     add_full_ids,
     check_is_trace,
     prepare_output,
+    trace_argument,
     trace_reader,
     without_cyclic_gc,
 )
@@ -34,7 +35,9 @@ def add_parser(commands: Any) -> None:
             "or type a step range under the chart (scripts off: the static charts)."
         ),
     )
-    parser.add_argument("file", help="a rollout_trace.jsonl (or .jsonl.gz)")
+    parser.add_argument(
+        "file", type=trace_argument, help="a rollout_trace.jsonl (or .jsonl.gz), or its directory"
+    )
     parser.add_argument(
         "-o", "--output", type=Path, default=Path("report.html"), help="where (report.html)"
     )

@@ -9,7 +9,14 @@ from typing import Any
 from ..render.fields import Style
 from ..render.text import write_staleness
 from ..staleness import staleness_file
-from ._common import add_full_ids, check_is_trace, print_json, trace_reader, without_cyclic_gc
+from ._common import (
+    add_full_ids,
+    check_is_trace,
+    print_json,
+    trace_argument,
+    trace_reader,
+    without_cyclic_gc,
+)
 
 
 def add_parser(commands: Any) -> None:
@@ -27,7 +34,9 @@ def add_parser(commands: Any) -> None:
             "once."
         ),
     )
-    parser.add_argument("file", help="a rollout_trace.jsonl (or .jsonl.gz)")
+    parser.add_argument(
+        "file", type=trace_argument, help="a rollout_trace.jsonl (or .jsonl.gz), or its directory"
+    )
     parser.add_argument("--json", action="store_true", help="print the diagnostics as JSON")
     add_full_ids(parser)
     parser.set_defaults(handler=run)

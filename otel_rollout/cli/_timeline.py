@@ -18,6 +18,7 @@ from ._common import (
     CliError,
     check_is_trace,
     prepare_output,
+    trace_argument,
     trace_reader,
     without_cyclic_gc,
 )
@@ -45,7 +46,9 @@ def add_parser(commands: Any) -> None:
             "(Load), or at https://www.speedscope.app (one profile per lane)."
         ),
     )
-    parser.add_argument("file", help="a rollout_trace.jsonl (or .jsonl.gz)")
+    parser.add_argument(
+        "file", type=trace_argument, help="a rollout_trace.jsonl (or .jsonl.gz), or its directory"
+    )
     parser.add_argument(
         "-o",
         "--output",

@@ -10,7 +10,7 @@ from typing import Any
 from ..analysis.state import never_sealed
 from ..events import problems
 from ..reader import TORN_LINE
-from ._common import check_is_trace, non_negative_int, print_json, trace_reader
+from ._common import check_is_trace, non_negative_int, print_json, trace_argument, trace_reader
 
 _UNKNOWN = "unknown event kind"
 _WHO_UNKNOWN = "its writer was killed mid-line"
@@ -31,7 +31,9 @@ def add_parser(commands: Any) -> None:
             "reads long)."
         ),
     )
-    parser.add_argument("file", help="a rollout_trace.jsonl (or .jsonl.gz)")
+    parser.add_argument(
+        "file", type=trace_argument, help="a rollout_trace.jsonl (or .jsonl.gz), or its directory"
+    )
     parser.add_argument(
         "--max-report",
         type=non_negative_int,

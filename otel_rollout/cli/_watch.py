@@ -26,6 +26,7 @@ from ._common import (
     check_is_trace,
     positive_int,
     terminal_progress,
+    trace_argument,
     without_cyclic_gc,
 )
 
@@ -59,7 +60,11 @@ def add_parser(commands: Any) -> None:
             "read again from its start. Ctrl-C quits. Needs the 'watch' extra (rich)."
         ),
     )
-    parser.add_argument("file", help="a rollout_trace.jsonl (it may not exist yet)")
+    parser.add_argument(
+        "file",
+        type=trace_argument,
+        help="a rollout_trace.jsonl (it may not exist yet), or its directory",
+    )
     parser.add_argument(
         "--interval",
         type=_interval,
