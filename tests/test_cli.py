@@ -239,3 +239,17 @@ def test_the_reference_main_reads_a_log_directory(demo_trace, tmp_path):
     ]
     assert runs[0].returncode == runs[1].returncode == 0
     assert runs[0].stdout == runs[1].stdout and runs[0].stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [(["--steps", "5"], "every kill must come before the last step (4 with --steps 5)"),
+     (["--kill-at", "30"], "every kill must come before the last step"),
+     (["--kill-at", ""], "--kill-at names no step")],
+)  # fmt: skip
+def test_demo_refuses_kills_it_cannot_make_before_it_runs(tmp_path, cli, args, words):
+    """Kill steps the run never reaches (or none) are one line, exit 2, before anything is
+    simulated or written."""
+    proc = cli("demo", "--log-dir", str(tmp_path / "d"), *args, timeout=30)
+    assert proc.returncode == 2 and words in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "d").exists()

@@ -219,6 +219,15 @@ def _clear(log_dir: Path) -> None:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    kills = args.kill_at
+    if not kills:
+        raise CliError("--kill-at names no step: give the steps to kill after, like 7,16")
+    if kills[-1] >= args.steps - 1:
+        # A kill after the last step finds the run finished; say so before it runs.
+        raise CliError(
+            f"--kill-at {','.join(map(str, kills))}: every kill must come before the last "
+            f"step ({args.steps - 1} with --steps {args.steps}); lower --kill-at or raise --steps"
+        )
     _clear(args.log_dir)
     print(
         "otel-rollout demo: a simulated async GRPO run. The controller logs every rollout\n"
