@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import start_simulation
 
@@ -107,6 +108,13 @@ class TestStackCommand:
         assert proc.returncode == 0, proc.stderr
         assert "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:14317" in proc.stdout
         assert "http://127.0.0.1:13000" in proc.stdout and "--write" in proc.stderr
+
+    @pytest.mark.parametrize("port", ["99999", "0", "-1", "http"])
+    def test_a_port_that_is_no_port_is_a_usage_error(self, cli, tmp_path, port):
+        """A port outside 1-65535 is one line, exit 2, and writes nothing."""
+        proc = cli("stack", "--write", str(tmp_path / "s"), "--grafana-port", port)
+        assert proc.returncode == 2 and "must be a port number from 1 to 65535" in proc.stderr
+        assert not (tmp_path / "s").exists()
 
     def test_write_maps_the_chosen_host_ports(self, cli, tmp_path):
         """--write DIR copies the stack with the host side of each port changed, on loopback."""

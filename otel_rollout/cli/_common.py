@@ -144,6 +144,17 @@ positive_int = at_least(1)
 non_negative_int = at_least(0)
 
 
+def port_number(raw: str) -> int:
+    """An argparse type: a TCP port, 1 to 65535, or a one-line usage error."""
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number from 1 to 65535, got {raw!r}")
+    return value
+
+
 def add_full_ids(parser: Any) -> None:
     """The flag every read command has for whole run IDs (they show the first 8 otherwise)."""
     parser.add_argument(

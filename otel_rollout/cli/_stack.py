@@ -10,7 +10,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from ._common import CliError
+from ._common import CliError, port_number
 
 ROOT = Path(__file__).resolve().parents[2]
 _FILES = ("collector", "dashboards")
@@ -36,7 +36,7 @@ def add_parser(commands: Any) -> None:
     )
     for option, (port, what) in _PORTS.items():
         parser.add_argument(
-            "--" + option.replace("_", "-"), type=int, default=port, help=f"{what} ({port})"
+            "--" + option.replace("_", "-"), type=port_number, default=port, help=f"{what} ({port})"
         )
     parser.add_argument("--write", type=Path, metavar="DIR", help="write the stack files here")
     parser.add_argument(
