@@ -27,13 +27,27 @@ class _StderrHandler(logging.StreamHandler):
         super().emit(record)
 
 
+class _OneLine(logging.Formatter):
+    """``otel-rollout: LEVEL: message``, once: the package's messages begin with
+    ``otel-rollout:`` themselves (for a trainer's own log), which is not said twice."""
+
+    _PREFIX = "otel-rollout: "
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        head = f"{self._PREFIX}{record.levelname}: "
+        if line.startswith(head + self._PREFIX):
+            line = head + line[len(head) + len(self._PREFIX) :]
+        return line
+
+
 def setup_logging() -> None:
     """Send the package's warnings to stderr as one ``otel-rollout: LEVEL: message`` line each."""
     logger = logging.getLogger("otel_rollout")
     if any(isinstance(h, _StderrHandler) for h in logger.handlers):
         return  # a second command in one process (tests, notebooks)
     handler = _StderrHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("otel-rollout: %(levelname)s: %(message)s"))
+    handler.setFormatter(_OneLine("otel-rollout: %(levelname)s: %(message)s"))
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     logger.propagate = False
