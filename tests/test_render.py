@@ -142,3 +142,14 @@ class TestFormats:
         age = next(f for f in STEP_FIELDS if f.key == "batch_age")
         assert as_text(age, float("inf")) == "inf"
         assert "epoch" in iso_utc(1e300)
+
+
+def test_counts_are_singular_for_one_and_grouped_by_thousands():
+    """Every summary line counts in words the one way: 1 run, 2 runs, 12,819 steps."""
+    from otel_rollout.render.words import counted
+
+    assert counted(1, "run") == "1 run"
+    assert counted(0, "run") == "0 runs"
+    assert counted(12_819, "step") == "12,819 steps"
+    assert counted(1, "stop and restore", "stops and restores") == "1 stop and restore"
+    assert counted(2, "stop and restore", "stops and restores") == "2 stops and restores"

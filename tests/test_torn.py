@@ -123,7 +123,7 @@ class TestResumeAfterATear:
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert f"{p}:2: warning: torn line: the writer of run x was killed mid-line" in proc.stdout
         assert f"run {resumed.run_id} (line 3) resumed after it" in proc.stdout
-        assert "0 errors, 1 warnings" in proc.stderr
+        assert "0 errors, 1 warning" in proc.stderr
         strict = validate(p, "--strict")
         assert strict.returncode == 1 and f"{p}:2: error: torn line" in strict.stdout
 
@@ -162,4 +162,4 @@ class TestResumeAfterATear:
         torn = f"{p}:{torn_at}: warning: torn line: the writer of run {killed} was killed"
         assert torn in proc.stdout
         assert f"run {resumed.run_id} (line {torn_at + 1}) resumed after it" in proc.stdout
-        assert "0 errors, 1 warnings" in proc.stderr
+        assert "0 errors, 1 warning" in proc.stderr

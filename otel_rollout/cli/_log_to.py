@@ -8,6 +8,7 @@ import sys
 import time
 from typing import Any
 
+from ..render.words import counted
 from ._common import CliError, checked_batches, trace_argument, trace_reader
 
 
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     counts = hub.counts()
     names = ", ".join(str(s) for s in specs)
     print(
-        f"{args.file}: {events:,} events from {len(runs)} run{'s' if len(runs) != 1 else ''} → "
+        f"{args.file}: {events:,} events from {counted(len(runs), 'run')} → "
         f"{hub.rows:,} rows, {counts['tracker_rows_logged']:,} logged into {names} "
         f"in {time.monotonic() - started:.1f}s",
         file=sys.stderr,

@@ -10,6 +10,7 @@ from typing import Any
 from ..analysis.state import never_sealed
 from ..events import problems
 from ..reader import TORN_LINE
+from ..render.words import counted
 from ._common import check_is_trace, non_negative_int, print_json, trace_argument, trace_reader
 
 _UNKNOWN = "unknown event kind"
@@ -123,9 +124,9 @@ def _aside(invalid: int, unknown: int) -> str:
     """What the summary's event count leaves out: lines no reader reads."""
     parts = []
     if invalid:
-        parts.append(f"{invalid} invalid line{'' if invalid == 1 else 's'} skipped by readers")
+        parts.append(f"{counted(invalid, 'invalid line')} skipped by readers")
     if unknown:
-        parts.append(f"{unknown} of unknown kind{'' if unknown == 1 else 's'} passed over")
+        parts.append(f"{unknown:,} of unknown kind{'' if unknown == 1 else 's'} passed over")
     return f" ({'; '.join(parts)})" if parts else ""
 
 
@@ -201,9 +202,9 @@ def run(args: argparse.Namespace) -> int:
     if shown > args.max_report:
         print(f"... {shown - args.max_report} more problems not shown", file=sys.stderr)
     print(
-        f"{args.file}: {reader.lines} lines, {sum(kinds.values())} events"
+        f"{args.file}: {counted(reader.lines, 'line')}, {counted(sum(kinds.values()), 'event')}"
         f"{_aside(invalid, unknown)}, "
-        f"{errors} errors, {warnings} warnings",
+        f"{counted(errors, 'error')}, {counted(warnings, 'warning')}",
         file=sys.stderr,
     )
     return 1 if errors else 0

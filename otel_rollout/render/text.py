@@ -21,6 +21,7 @@ from .fields import (
     short_run,
 )
 from .records import AGE_KEYS
+from .words import counted
 
 __all__ = ["write_cost", "write_staleness", "write_steps"]
 
@@ -51,11 +52,12 @@ def write_steps(rows: Sequence[StepAge], out: TextIO, style: Style = PLAIN) -> N
         mean = sum(age * n for age, n in ages) / tokens
         top = max(age for age, _ in ages)
         out.write(
-            f"{len(rows)} steps, {len(aged)} with token counts; token-weighted mean batch age "
+            f"{counted(len(rows), 'step')}, {len(aged):,} with token counts; "
+            "token-weighted mean batch age "
             f"{as_text(age_field, mean)}, max {as_text(age_field, top)}\n"
         )
     else:
-        out.write(f"{len(rows)} steps; none carries token counts, so no batch age\n")
+        out.write(f"{counted(len(rows), 'step')}; none carries token counts, so no batch age\n")
     mismatched = [
         r
         for r in aged
@@ -64,14 +66,16 @@ def write_steps(rows: Sequence[StepAge], out: TextIO, style: Style = PLAIN) -> N
     ]
     if mismatched:
         out.write(
-            f"note: {len(mismatched)} steps logged a batch_age that differs from the one their "
+            f"note: {counted(len(mismatched), 'step')} logged a batch_age that differs from the "
+            "one their "
             f"groups' token counts give (first: step {mismatched[0].step})\n"
         )
 
 
 def write_cost(report: CostReport, out: TextIO, style: Style = PLAIN) -> None:
     """Every stop and restore, the whole file, and the token ledger with its balance."""
-    out.write(f"{len(report.runs)} runs, {len(report.boundaries)} stops and restores\n")
+    stops = counted(len(report.boundaries), "stop and restore", "stops and restores")
+    out.write(f"{counted(len(report.runs), 'run')}, {stops}\n")
     width = max(len(f.label) for f in (*BOUNDARY_FIELDS, *SUMMARY_FIELDS)) + 2
     for n, b in enumerate(report.boundaries, 1):
         values = b.report()

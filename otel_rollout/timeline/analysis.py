@@ -20,6 +20,7 @@ from ..age import call_tokens_by_version
 from ..analysis import Analysis
 from ..analysis.state import Run
 from ..events import EVENT_TYPES
+from ..render.words import counted
 from .cuts import StepRange, Window, step_start
 from .runs import RunView
 from .trace_events import (
@@ -58,9 +59,10 @@ class TimelineSummary:
     def line(self) -> str:
         lanes = max(self.lanes.values(), default=0)
         return (
-            f"{len(self.runs)} run{'s' * (len(self.runs) != 1)}, {self.attempts:,} attempts "
-            f"({self.segments:,} slices, up to {lanes} lanes), {self.refused:,} refusals, "
-            f"{self.steps:,} steps, {self.refits:,} refits: {self.events:,} trace events"
+            f"{counted(len(self.runs), 'run')}, {counted(self.attempts, 'attempt')} "
+            f"({counted(self.segments, 'slice')}, up to {counted(lanes, 'lane')}), "
+            f"{counted(self.refused, 'refusal')}, {counted(self.steps, 'step')}, "
+            f"{counted(self.refits, 'refit')}: {counted(self.events, 'trace event')}"
         )
 
 
