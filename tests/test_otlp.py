@@ -134,6 +134,18 @@ class TestReplay:
         assert proc.returncode == 1 and "1 spans could not be sent" in proc.stderr
         assert "Traceback" not in proc.stderr
 
+    @pytest.mark.parametrize("endpoint", ["not a url", "http://x:abc", "localhost", "ftp://h:1"])
+    def test_an_endpoint_that_is_no_url_is_a_usage_error_at_once(
+        self, tmp_path, protocol, endpoint
+    ):
+        """--endpoint that is no http(s) URL is one line, exit 2, before any span is sent
+        (the SDK retried one for half a minute)."""
+        path = tmp_path / "t.jsonl"
+        path.write_text('{"t":1.0,"run_id":"r","event":"run.start","schema":1}\n')
+        proc = run(["export", str(path), "--endpoint", endpoint, "--protocol", protocol], {})
+        assert proc.returncode == 2 and "must be a URL like http://" in proc.stderr
+        assert "Traceback" not in proc.stderr
+
 
 class TestNoNetworkByDefault:
     def test_plain_trace_exports_nothing(self, tmp_path):

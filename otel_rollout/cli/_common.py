@@ -7,6 +7,7 @@ import gc
 import os
 import sys
 import time
+import urllib.parse
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
@@ -142,6 +143,21 @@ def at_least(minimum: int) -> Callable[[str], int]:
 
 positive_int = at_least(1)
 non_negative_int = at_least(0)
+
+
+def endpoint_url(raw: str) -> str:
+    """An argparse type: an OTLP endpoint URL (``http://host:port`` or ``https://…``), or
+    a one-line usage error (the SDK would retry a bad one for half a minute, then fail)."""
+    try:
+        parts = urllib.parse.urlsplit(raw)
+        port = parts.port  # a port that is no number, or past 65535, raises
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        ok = ok and (port is not None or not parts.netloc.endswith(":"))
+    except ValueError:  # a port that is no number
+        ok = False
+    if not ok or any(c.isspace() for c in raw):
+        raise argparse.ArgumentTypeError(f"must be a URL like http://127.0.0.1:4317, got {raw!r}")
+    return raw
 
 
 def port_number(raw: str) -> int:

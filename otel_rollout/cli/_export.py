@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..constants import ROLLOUT_TRACE_FILENAME
 from ..otel import OtelSettings, settings
-from ._common import CliError, checked_batches, trace_argument, trace_reader
+from ..render.words import counted
+from ._common import CliError, checked_batches, endpoint_url, trace_argument, trace_reader
 
 if TYPE_CHECKING:
     from ..sidecar._telemetry import Telemetry
@@ -35,6 +36,7 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument(
         "--endpoint",
+        type=endpoint_url,
         help="OTLP endpoint, e.g. http://127.0.0.1:4317 (grpc) or http://127.0.0.1:4318 "
         "(http/protobuf); default: OTEL_EXPORTER_OTLP_ENDPOINT, else the SDK's localhost default",
     )
@@ -75,13 +77,15 @@ def run(args: argparse.Namespace) -> int:
     )
     telemetry = _follow(args, chosen) if args.follow else _replay(args, chosen)
     where = _where(args.endpoint, chosen.protocol)
-    print(
-        f"{args.file}: {telemetry.events} events from {len(telemetry.runs)} "
-        f"run{'' if len(telemetry.runs) == 1 else 's'} → "
-        f"{telemetry.spans_made} spans; {telemetry.spans_sent} sent to {where}, "
-        f"{telemetry.spans_failed} not sent",
-        file=sys.stderr,
-    )
+    read = f"{counted(telemetry.events, 'event')} from {counted(len(telemetry.runs), 'run')}"
+    if chosen.traces == "none":
+        sent = "no spans (OTEL_TRACES_EXPORTER=none)"
+    else:
+        sent = (
+            f"{counted(telemetry.spans_made, 'span')}; {telemetry.spans_sent:,} sent to "
+            f"{where}, {telemetry.spans_failed:,} not sent"
+        )
+    print(f"{args.file}: {read} → {sent}", file=sys.stderr)
     if telemetry.spans_failed:
         raise CliError(f"{telemetry.spans_failed} spans could not be sent to {where}", exit_code=1)
     return 0

@@ -10,7 +10,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from ._common import CliError, port_number
+from ._common import CliError, endpoint_url, port_number
 
 ROOT = Path(__file__).resolve().parents[2]
 _FILES = ("collector", "dashboards")
@@ -44,6 +44,7 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument(
         "--endpoint",
+        type=endpoint_url,
         help="OTLP endpoint to check (default http://127.0.0.1:<otlp-grpc-port>)",
     )
     parser.add_argument(
