@@ -107,6 +107,10 @@ class EventReader:
         self.kinds = frozenset(kinds) if kinds is not None else None
         self.lines = 0
         self.skipped = 0
+        #: Why a compressed file's data ended early (once read), and whether its cut last
+        #: line was skipped with it: one warning for the one damaged line.
+        self._damage: str | None = None
+        self._damage_told = False
         self.events = 0  # counted by numbered_batches()
         #: Whether line 1 is a JSON object with an ``event`` (None for an empty file).
         self.first_line_is_event: bool | None = None
@@ -123,7 +127,10 @@ class EventReader:
     def _skip(self, lineno: int, reason: str, torn: bool, line: bytes = b"") -> None:
         if self.first_line_is_event is None:
             self.first_line_is_event = False
-        if torn:
+        if torn and self._damage is not None:  # cut short by the compressed data's end
+            reason = f"torn last line (compressed data ends early or is corrupt: {self._damage})"
+            self._damage_told = True
+        elif torn:
             run = run_of(line)
             writer = "the writer" if run is None else f"the writer of run {run}"
             reason = f"torn last line ({reason}; was {writer} killed?)"
@@ -272,7 +279,10 @@ class EventReader:
 
             blocks = chunks(stream, broken if compressed else None, self.max_line_bytes, long_line)
             torn_tail = False  # the last block was a line without its newline
+            self._damage, self._damage_told = None, False
             for chunk, start, end, final in blocks:
+                if final and broken:  # the damage is known before the line it cut is read
+                    self._damage = broken[0]
                 events, newlines = self._block(
                     chunk, start, end, final, lineno, numbered, whole_numbered, *plan
                 )
@@ -281,11 +291,11 @@ class EventReader:
                 torn_tail = final
                 if self._progress is not None:
                     self._progress(position(), total)
-            if broken:
+            if broken and not self._damage_told:
                 # The damage cut the last line short, or, after a whole line, is one more.
                 lineno += not torn_tail
-                reason = f"compressed data ends early or is corrupt: {broken[0]}"
-                self._skip(lineno, reason, True)
+                reason = f"torn last line (compressed data ends early or is corrupt: {broken[0]})"
+                self._skip(lineno, reason, False)
         if self._progress is not None:
             self._progress(total, total)
         self.lines = lineno

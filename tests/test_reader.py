@@ -108,9 +108,15 @@ class TestReadEvents:
         recoverable = zlib.decompressobj(31).decompress(whole[: len(whole) // 2])
         expected = [orjson.loads(line) for line in recoverable.split(b"\n")[:-1]]
         assert expected and list(read_events(path)) == expected
-        reader = EventReader(path, on_skip=lambda n, why: None)
+        skips: list[tuple[int, str]] = []
+        reader = EventReader(path, on_skip=lambda n, why: skips.append((n, why)))
         list(reader)  # the early end is the torn last line, or one line after a whole one
         assert reader.lines == recoverable.count(b"\n") + 1
+        [(line, why)] = skips  # one warning for the one damaged line
+        assert line == reader.lines and "compressed data ends early" in why
+        checked = cli("validate", str(path))
+        assert f":{line}: warning: torn last line (compressed" in checked.stdout + checked.stderr
+        assert "0 errors, 1 warning" in checked.stderr
         assert cli("batch-age", str(path)).returncode == 0
         members = tmp_path / "members.jsonl.gz"  # gzip -c a >> b: members one after another
         data = demo_trace.read_bytes()
