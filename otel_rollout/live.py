@@ -25,7 +25,7 @@ from .age import StepAge, step_age
 from .analysis import Analysis, Engine, OnWarning, StepAges, Stop
 from .cost import CostAnalysis, CostReport
 from .follow import FileFollower
-from .reader import EventReader
+from .reader import EventReader, Progress
 
 __all__ = ["Frame", "LiveFigures", "LiveTrace"]
 
@@ -148,6 +148,7 @@ class LiveTrace:
         self.follower = FileFollower(self.path)
         self.notes: list[str] = []
         self._rate: deque[tuple[float, int]] = deque()
+        self._whole: int | None = None  # read_whole read the file, of this size
         self._begin()
 
     def _begin(self) -> None:
@@ -213,6 +214,14 @@ class LiveTrace:
             rate.popleft()
         return reader.events - before
 
+    def read_whole(self, progress: Progress | None = None) -> int:
+        """Read the file start to end as the other read commands do, plain or gzipped (one
+        frame of a finished run, ``watch --once``); the events read."""
+        self.reader = EventReader(self.path, typed=True, on_skip=self._skip, progress=progress)
+        self.engine.feed(self.reader.numbered_batches())
+        self._whole = self.follower.size()
+        return self.reader.events
+
     @property
     def caught_up(self) -> bool:
         """Whether every complete line of the file has been read."""
@@ -276,8 +285,8 @@ class LiveTrace:
             path=str(self.path),
             exists=self.path.exists(),
             size=follower.size(),
-            complete_to=follower.offset,
-            partial=follower.read_to - follower.offset,
+            complete_to=follower.offset if self._whole is None else self._whole,
+            partial=follower.read_to - follower.offset if self._whole is None else 0,
             lines=self.reader.lines,
             events=self.reader.events,
             events_per_s=self.events_per_s(),

@@ -210,10 +210,26 @@ def test_once_on_something_that_is_no_trace_and_bad_intervals_say_why(tmp_path):
         (["--interval", "-1", str(text)], "must be a number of seconds, at least 0.05, got '-1'"),
         (["--interval", "1e-9", str(text)], "at least 0.05, got '1e-9'"),  # no busy redraw loop
         ([str(text)], "the live view needs a terminal; --once prints one frame"),
-        (["--once", str(gz)], "gzipped; a live view follows a plain log as it grows"),
+        ([str(gz)], "gzipped; a live view follows a plain log as it grows"),
     ]:
         done = subprocess.run(command("watch", *args), capture_output=True, text=True)
         assert done.returncode == 2 and words in done.stderr and "Traceback" not in done.stderr
+
+
+def test_once_reads_a_finished_gzipped_run_as_its_plain_log(demo_trace, tmp_path):
+    """``watch --once`` on the demo's log gzipped draws the frame it draws for the plain
+    log, but for the file line (its name and size)."""
+    gz = tmp_path / "rollout_trace.jsonl.gz"
+    gz.write_bytes(gzip.compress(demo_trace.read_bytes()))
+    frames = [
+        subprocess.run(command("watch", "--once", str(p)), capture_output=True, text=True)
+        for p in (demo_trace, gz)
+    ]
+    assert [f.returncode for f in frames] == [0, 0], frames[1].stderr
+    plain, packed = (f.stdout.splitlines() for f in frames)
+    differ = [(a, b) for a, b in zip(plain, packed, strict=True) if a != b]
+    assert len(differ) == 1 and "file" in differ[0][0] and str(gz) in differ[0][1]
+    assert any("step       23" in line for line in packed)
 
 
 def test_without_rich_one_line_names_the_extra(tmp_path):

@@ -101,11 +101,11 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     style = Style(full_ids=args.full_ids)
-    if _gzipped(args.file):
-        raise CliError(f"{args.file}: gzipped; a live view follows a plain log as it grows "
-                       "(read a finished .gz with batch-age, cost or report)")  # fmt: skip
     if args.once:
         return _once(args.file, render, Console, style, args.window)
+    if _gzipped(args.file):
+        raise CliError(f"{args.file}: gzipped; a live view follows a plain log as it grows "
+                       "(a finished .gz: watch --once, batch-age, cost or report)")  # fmt: skip
     if os.path.exists(args.file):  # a path with nothing at it yet is waited for
         _check_readable(args.file)
     console = Console()
@@ -135,13 +135,10 @@ def _once(path: str, render: Any, console_type: Any, style: Style, window: int) 
     trace = LiveTrace(path, window=window)
     try:
         total = trace.follower.size()  # the file as it is now; what is appended later waits
-        while True:
-            trace.read(budget=0.1)
-            done = min(trace.follower.offset, total)
-            if progress is not None:
-                progress(done, total)
-            if trace.caught_up or trace.follower.read_to >= total:
-                break
+        if _gzipped(path):  # a finished, gzipped run: read as every read command reads it
+            trace.read_whole(progress)
+        else:
+            _read_to(trace, total, progress)
         if progress is not None:
             progress(total, total)
         check_is_trace(trace.reader, trace.reader.events)
@@ -151,6 +148,16 @@ def _once(path: str, render: Any, console_type: Any, style: Style, window: int) 
     finally:
         trace.close()
     return 0
+
+
+def _read_to(trace: LiveTrace, total: int, progress: Any) -> None:
+    """Read a plain log up to byte ``total`` (its size when asked), showing progress."""
+    while True:
+        trace.read(budget=0.1)
+        if progress is not None:
+            progress(min(trace.follower.offset, total), total)
+        if trace.caught_up or trace.follower.read_to >= total:
+            return
 
 
 def _follow(trace: LiveTrace, render: Any, console: Any, style: Style, interval: float) -> int:
