@@ -150,3 +150,16 @@ class TestCostOfTheDemo:
         proc, _, _ = demo
         assert "What the stops cost" in proc.stdout and "stop 2" in proc.stdout
         assert "of those: kept and trained as they were" in proc.stdout
+
+
+def test_resume_refuses_what_it_cannot_resume(tmp_path, demo_trace, cli):
+    """--resume with no log, or of a run that trained every step, is one line, exit 2,
+    and leaves the log as it was (it used to start fresh, or train the last steps again
+    and make cost report a stop that never happened)."""
+    proc = cli("simulate", "--log-dir", str(tmp_path / "new"), "--resume", "--steps", "3")
+    assert proc.returncode == 2 and "nothing to resume" in proc.stderr
+    assert not (tmp_path / "new" / "rollout_trace.jsonl").exists()
+    before = demo_trace.read_bytes()
+    proc = cli("simulate", "--log-dir", str(demo_trace.parent), "--resume", "--steps", "24")
+    assert proc.returncode == 2 and "trained all 24 steps (its last is step 23)" in proc.stderr
+    assert demo_trace.read_bytes() == before

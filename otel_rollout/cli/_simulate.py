@@ -206,9 +206,26 @@ def run_simulate(args: argparse.Namespace) -> int:
             f"{trace} exists; pass --resume to continue it, --overwrite to replace it, "
             "or choose another --log-dir"
         )
+    if args.resume:
+        _check_resumable(trace, args.steps)
     if args.overwrite:
         _clear(args.log_dir)
     return _run(args)
+
+
+def _check_resumable(trace: Path, steps: int) -> None:
+    """Refuse a --resume with nothing to resume: no log, or a run that trained every step
+    (resuming it would train the steps after its last checkpoint again, and cost would
+    report a stop that never happened)."""
+    if not trace.exists():
+        raise CliError(f"nothing to resume: {trace} does not exist (start without --resume)")
+    trained = load_steps(str(trace), progress=False)
+    last = max((row.step for row in trained), default=None)
+    if last is not None and last >= steps - 1:
+        raise CliError(
+            f"the run in {trace.parent} trained all {steps} steps (its last is step {last}): "
+            "nothing to resume; give a larger --steps to train further, or --overwrite"
+        )
 
 
 def _clear(log_dir: Path) -> None:
