@@ -32,7 +32,10 @@ def add_parser(commands: Any) -> None:
             "extra: pip install 'otel-rollout[tensorboard]', '[mlflow]' or '[wandb]'."
         ),
     )
-    parser.add_argument("spec", help="where to log: tensorboard:DIR, mlflow[:URI] or wandb[:PROJECT] (comma-separated)")
+    parser.add_argument(
+        "spec",
+        help="where to log: tensorboard:DIR, mlflow[:URI] or wandb[:PROJECT] (comma-separated)",
+    )
     parser.add_argument(
         "file", type=trace_argument, help="a rollout_trace.jsonl (or .jsonl.gz), or its directory"
     )
