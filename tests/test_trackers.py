@@ -165,6 +165,38 @@ def test_log_to_backfills_the_same_values(demo: Path, tmp_path: Path) -> None:
     assert_equals_file(tensorboard_runs(tmp_path / "tb"), log, float32=True)
 
 
+def test_log_to_refuses_runs_a_tracker_already_holds(demo_trace: Path, tmp_path: Path) -> None:
+    """A second ``log-to`` of the same file is refused in one line naming the runs, and
+    leaves TensorBoard and MLflow as they were (read back with their own readers);
+    ``--again`` logs the second copy."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    spec = f"tensorboard:{tmp_path / 'tb'},mlflow:{uri}"
+
+    def log_to(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*CLI, "log-to", spec, str(demo_trace), *extra],
+                              capture_output=True, text=True, cwd=tmp_path,
+                              env=tracker_env(tmp_path, ""), timeout=120)  # fmt: skip
+
+    def stored() -> tuple[int, int, dict]:
+        client = MlflowClient(tracking_uri=uri)
+        experiment = client.get_experiment_by_name("otel-rollout")
+        runs = len(client.search_runs([experiment.experiment_id]))
+        files = len(list((tmp_path / "tb").glob("*/events.out.tfevents.*")))
+        return runs, files, tensorboard_runs(tmp_path / "tb")
+
+    assert log_to().returncode == 0
+    first = stored()
+    assert first[:2] == (3, 3)
+    again = log_to()
+    assert again.returncode == 2 and "Traceback" not in again.stderr
+    assert "already holds 3 runs of this file" in again.stderr and "--again" in again.stderr
+    assert stored() == first
+    assert log_to("--again").returncode == 0
+    assert stored()[:2] == (6, 6)
+
+
 @pytest.mark.parametrize(
     ("args", "words"),
     [

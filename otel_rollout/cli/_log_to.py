@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from ..render.words import counted
@@ -40,6 +41,12 @@ def add_parser(commands: Any) -> None:
         "file", type=trace_argument, help="a rollout_trace.jsonl (or .jsonl.gz), or its directory"
     )
     parser.add_argument(
+        "--again",
+        action="store_true",
+        help="log runs the tracker already holds a run of (by default they are refused: "
+        "a second copy doubles every series)",
+    )
+    parser.add_argument(
         "--timeout",
         type=float,
         default=120.0,
@@ -63,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
         problem = missing_extra(spec.kind)
         if problem is not None:
             raise CliError(problem)
+    if not args.again:
+        _refuse_logged_runs(specs, args.file)
     reader = trace_reader(args.file, validate=True)
     hub = TrackerHub(list(specs), reader.path, backfill=True, wait=args.timeout, start=0)
     started = time.monotonic()
@@ -95,3 +104,24 @@ def run(args: argparse.Namespace) -> int:
             exit_code=1,
         )
     return 0
+
+
+def _refuse_logged_runs(specs: Sequence[Any], path: str) -> None:
+    """Refuse, naming them, the file's runs a tracker already holds (a second log-to, or a
+    backfill of a run whose trackers were on): their series would be doubled."""
+    from ..trackers._sinks import already_logged
+
+    starts = trace_reader(path, kinds={"run.start"}, progress=False, validate=True)
+    run_ids = list(dict.fromkeys(str(e["run_id"]) for e in starts))
+    for spec in specs:
+        try:
+            logged = already_logged(spec, run_ids)
+        except Exception as exc:  # the store cannot be read: logging will say so again
+            raise CliError(f"cannot look into {spec}: {exc}") from None
+        if logged:
+            more = f" and {len(logged) - 3} more" if len(logged) > 3 else ""
+            shown = ", ".join(logged[:3]) + more
+            raise CliError(
+                f"{spec} already holds {counted(len(logged), 'run')} of this file ({shown}); "
+                "logging again would double every series: pass --again to do it anyway"
+            )

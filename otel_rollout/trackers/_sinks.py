@@ -12,13 +12,13 @@ import importlib
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from ._spec import KINDS, MissingExtra, Spec
 
-__all__ = ["MLFLOW_BATCH", "Sink", "kind_of", "opener"]
+__all__ = ["MLFLOW_BATCH", "Sink", "already_logged", "kind_of", "opener"]
 
 #: Most metrics in one MLflow ``log_batch`` request (the tracking server's own limit).
 MLFLOW_BATCH = 1000
@@ -50,6 +50,13 @@ class TensorBoardSink:
         if own:  # one event a step, not one per value: 16 add_scalar calls took 1.5 ms a step
             self._summary = _import("tensorboard", "tensorboardX.proto.summary_pb2").Summary
             self._file = writer._get_file_writer()
+
+    @staticmethod
+    def logged(spec: Spec, run_ids: Sequence[str]) -> list[str]:
+        """Those of ``run_ids`` whose directory under the spec's already holds event files."""
+        assert spec.target is not None
+        root = Path(spec.target).expanduser()
+        return [r for r in run_ids if any((root / r).glob("events.out.tfevents.*"))]
 
     @classmethod
     def make(cls, spec: Spec, run_id: str) -> TensorBoardSink:
@@ -94,6 +101,28 @@ class MlflowSink:
     @property
     def waiting(self) -> int:
         return len(self._pending)
+
+    @staticmethod
+    def logged(spec: Spec, run_ids: Sequence[str]) -> list[str]:
+        """Those of ``run_ids`` that already have a run in the experiment (by the
+        ``otel_rollout.run_id`` tag every run otel-rollout makes carries)."""
+        client = _import("mlflow", "mlflow.tracking").MlflowClient(tracking_uri=spec.target)
+        name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_EXPERIMENT
+        experiment = client.get_experiment_by_name(name)
+        if experiment is None:
+            return []
+        found = []
+        for run_id in run_ids:
+            if "'" in run_id:  # no such run_id is quoted safely in a filter: not looked for
+                continue
+            runs = client.search_runs(
+                [experiment.experiment_id],
+                filter_string=f"tags.`otel_rollout.run_id` = '{run_id}'",
+                max_results=1,
+            )
+            if runs:
+                found.append(run_id)
+        return found
 
     @classmethod
     def make(cls, spec: Spec, run_id: str) -> MlflowSink:
@@ -221,6 +250,13 @@ _MAKERS: dict[str, Callable[[Spec, str], Sink]] = {
     "mlflow": MlflowSink.make,
     "wandb": WandbSink.make,
 }
+
+
+def already_logged(spec: Spec, run_ids: Sequence[str]) -> list[str]:
+    """Those of ``run_ids`` the tracker of ``spec`` already holds a run of (TensorBoard,
+    MLflow; W&B's offline runs cannot be looked up, so none)."""
+    check = {"tensorboard": TensorBoardSink.logged, "mlflow": MlflowSink.logged}.get(spec.kind)
+    return check(spec, run_ids) if check is not None else []
 
 
 def opener(target: Any) -> Callable[[str], Sink]:
