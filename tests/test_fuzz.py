@@ -12,10 +12,11 @@ from pathlib import Path
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from otel_rollout import _blocks as blocks_module
+from otel_rollout._blocks import GZIP_MAGIC
 from otel_rollout.cli import run
 from otel_rollout.reader import EventReader, read_events
 from otel_rollout.testing import OtlpReceiver, synthetic_trace
@@ -247,7 +248,11 @@ class TestOneValidationPolicy:
         from otel_rollout.report import ReportData, ReportSeries
 
         path = tmp_path / "t.jsonl"
-        path.write_bytes(data.draw(hostile_file(valid_events)))
+        body = data.draw(hostile_file(valid_events))
+        # Gzip's magic makes every reader (and validate) read the file as gzip: its lines
+        # are then no lines of the plain model below (test_reader covers damaged gzip).
+        assume(not body.startswith(GZIP_MAGIC))
+        path.write_bytes(body)
         # Small reads: most blocks are whole lines with more after them, which the readers
         # decode in one call (a file of 25 lines is otherwise one final block).
         monkeypatch.setattr(blocks_module, "_CHUNK", data.draw(st.integers(64, 2048)))
