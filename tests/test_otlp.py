@@ -177,5 +177,5 @@ class TestReplayAtScale:
         with OtlpReceiver("grpc", keep=False) as rx:
             proc = run(["export", str(path), "--endpoint", rx.endpoint], {})
             assert proc.returncode == 0, proc.stderr
-            made = int(proc.stderr.split(" spans;")[0].rsplit("→ ", 1)[1])
+            made = int(proc.stderr.split(" spans;")[0].rsplit("→ ", 1)[1].replace(",", ""))
             assert made > 10_000 and rx.span_count == made

@@ -544,3 +544,55 @@ def test_follow_by_hand_serves_the_newest_run_once_the_one_before_is_over(demo_t
         _, err = proc.communicate(timeout=30)
     # Its summary says spans were off, not that none reached an endpoint.
     assert "from 3 runs → no spans (OTEL_TRACES_EXPORTER=none)" in err, err
+
+
+class TestWhichRunsKeepTheirMetrics:
+    """A run's meter provider (its periodic pushes, its thread) lives only while a scrape
+    may still show it: the run served, and the newest run, which is served next."""
+
+    @staticmethod
+    def _events(run: str, step: int) -> list[dict]:
+        return [{"t": 0.0, "run_id": run, "event": "run.start"},
+                {"t": float(step), "run_id": run, "event": "train.step", "step": step,
+                 "trained_version": step, "group_ids": []}]  # fmt: skip
+
+    def test_pushed_only_an_ended_run_is_shut_down_at_once(self, capsys):
+        """Without a scrape endpoint every run's provider is shut down when it ends."""
+        from otel_rollout.otel import OtelSettings
+        from otel_rollout.sidecar._telemetry import Telemetry
+
+        t = Telemetry(OtelSettings(metrics=frozenset({"console"})))
+        for n, run in enumerate("ABC"):
+            t.export(self._events(run, n))
+            t.end_run(run, "test")
+            assert [r.run_id for r in t.runs.values() if r.meter_provider] == []
+        t.finish("test")
+
+    def test_the_newest_is_served_when_the_one_served_ends_and_the_rest_let_go(self):
+        """A is served; B begins and ends while A runs; C begins; A ends: the endpoint
+        shows C, and neither A nor B keeps a provider."""
+        from prometheus_client import CollectorRegistry, generate_latest
+
+        from otel_rollout.otel import OtelSettings
+        from otel_rollout.sidecar._telemetry import Telemetry
+
+        registry = CollectorRegistry()
+        t = Telemetry(OtelSettings(metrics=frozenset({"prometheus"})), registry)
+
+        def shown() -> list[str]:
+            return [line for line in generate_latest(registry).decode().splitlines()
+                    if line.startswith(("rollout_step{", "target_info{"))]  # fmt: skip
+
+        t.export(self._events("A", 1))
+        t.export(self._events("B", 2))
+        t.end_run("B", "test")
+        assert any('service_instance_id="A"' in line for line in shown())
+        t.export(self._events("C", 3))
+        t.end_run("A", "test")
+        lines = shown()
+        assert len(lines) == 2 and 'service_instance_id="C"' in lines[0] + lines[1]
+        assert any(line.endswith(" 3.0") for line in lines if line.startswith("rollout_step"))
+        assert [r.run_id for r in t.runs.values() if r.meter_provider] == ["C"]
+        t.end_run("C", "test")  # the last run ended: its values stay on the endpoint
+        assert len(shown()) == 2
+        t.finish("test")

@@ -245,8 +245,16 @@ class Telemetry:
         run.prometheus = True
         if old is not None and old is not run:
             old.prometheus = False
-            if old.ended:
-                self._retire(old)
+        self._retire_stale()
+
+    def _retire_stale(self) -> None:
+        """Retire every ended run whose metrics no scrape will show: all but the one served
+        and the newest (served next, once the one served ends)."""
+        newest = self._newest_with_metrics()
+        for run in list(self.runs.values()):
+            kept = run is newest or run is self._served
+            if run.ended and run.meter_provider is not None and not kept:
+                self._retire(run)
 
     def _retire(self, run: _Run) -> None:
         """Shut an ended run's meter provider down (a last push; off the scrape endpoint)."""
@@ -300,19 +308,23 @@ class Telemetry:
             self.builder.end_open_spans(reason=reason, run_id=run_id)
             self.ship()
         run.tracer_provider = run.tracer = None  # spans all ended; a late event makes a new one
-        if run.meter_provider is not None:
-            newest = self._newest_with_metrics()
-            if run.prometheus and newest is not run and newest is not None:
-                self._serve(newest)  # a later run took the stage meanwhile: it is served now
-            if run.prometheus or run is newest:
-                # Push its last values now; the scrape endpoint keeps serving them (or will,
-                # if the run served ends before it).  Not the provider's force_flush: that
-                # would queue a second copy of every series in the Prometheus reader, and
-                # the next scrape would show both.
-                for reader in run.push_readers:
-                    reader.force_flush()
-            else:
-                self._retire(run)
+        if run.meter_provider is None:
+            return
+        if run.scrape is None:  # pushed only: its last push is its provider's shutdown
+            self._retire(run)
+            return
+        newest = self._newest_with_metrics()
+        if run.prometheus and newest is not None and newest is not run:
+            self._serve(newest)  # a later run began meanwhile: it is served now, this retired
+            return
+        if run.prometheus or run is newest:
+            # Kept: the scrape endpoint serves its values (or will, if the run served ends
+            # before it).  Its last push now; not the provider's force_flush: that would
+            # queue a second copy of every series in the Prometheus reader, and the next
+            # scrape would show both.
+            for reader in run.push_readers:
+                reader.force_flush()
+        self._retire_stale()
 
     def _newest_with_metrics(self) -> _Run | None:
         """The run that began last in the file among those whose metrics are kept."""
