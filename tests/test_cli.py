@@ -253,3 +253,16 @@ def test_demo_refuses_kills_it_cannot_make_before_it_runs(tmp_path, cli, args, w
     proc = cli("demo", "--log-dir", str(tmp_path / "d"), *args, timeout=30)
     assert proc.returncode == 2 and words in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "d").exists()
+
+
+def test_a_kill_that_lands_after_the_last_step_ends_the_demo_there(tmp_path, capsys):
+    """A run fast enough to train its last step before the kill lands (here the kill waits
+    3 s) is not resumed: the demo says so and stops, with the kill recorded, no error."""
+    from otel_rollout.cli._demo import run_with_kills
+
+    options = ["--steps=6", "--speed=1000", "--quiet"]
+    killed = run_with_kills(tmp_path, options, [3], delay=3.0, last_step=5)
+    assert [step for _, step in killed] == [5]
+    assert "nothing is left to resume" in capsys.readouterr().err
+    log = EventReader(tmp_path / "rollout_trace.jsonl")
+    assert [e["event"] for e in log].count("run.start") == 1  # no resumed run

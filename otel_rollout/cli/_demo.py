@@ -67,9 +67,11 @@ def run_with_kills(
     kills: list[int],
     timeout: float = 300.0,
     delay: float = 0.25,
+    last_step: int | None = None,
 ) -> list[tuple[str, int]]:
     """Run the simulator, SIGKILL it after each step in ``kills``, resume; returns
-    ``(run_id, step)`` for every kill.  The last run goes to completion."""
+    ``(run_id, step)`` for every kill.  The last run goes to completion; a kill that lands
+    once the run trained ``last_step`` (a fast run outpaced it) ends the demo there."""
     watcher = _TraceWatcher(log_dir / ROLLOUT_TRACE_FILENAME)
     killed: list[tuple[str, int]] = []
     for stage in range(len(kills) + 1):
@@ -92,6 +94,14 @@ def run_with_kills(
                     file=sys.stderr,
                     flush=True,
                 )
+                if last_step is not None and watcher.steps[run] >= last_step:
+                    print(
+                        f"(the run had trained its last step, {last_step}, when the kill "
+                        "landed: nothing is left to resume)\n",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    return killed
                 break
             if time.monotonic() > deadline:
                 child.kill()
@@ -118,4 +128,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_demo(args: argparse.Namespace, options: list[str]) -> list[tuple[str, int]]:
     """The demo's kill-and-resume part; the caller prints the report."""
-    return run_with_kills(args.log_dir, options, args.kill_at, delay=0.25 / args.speed)
+    return run_with_kills(
+        args.log_dir, options, args.kill_at, delay=0.25 / args.speed, last_step=args.steps - 1
+    )
