@@ -390,3 +390,16 @@ def test_a_relative_tensorboard_dir_is_the_trainers(tmp_path, monkeypatch) -> No
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OTEL_ROLLOUT_TRACKERS", "tensorboard:runs/tb")
     assert config.TRACKERS.resolve() == (f"tensorboard:{tmp_path / 'runs' / 'tb'}",)
+
+
+def test_log_to_warns_once_about_a_bad_line(demo_trace: Path, tmp_path: Path) -> None:
+    """A bad line is named once, though log-to reads the file's run IDs before it logs."""
+    lines = demo_trace.read_bytes().splitlines(keepends=True)
+    path = tmp_path / "t.jsonl"
+    cut = b'{"t": 1, "run_id": "r", "event": "run.start"\n'  # a run.start cut short
+    path.write_bytes(b"".join([*lines[:100], cut, *lines[100:]]))
+    done = subprocess.run([*CLI, "log-to", f"tensorboard:{tmp_path / 'tb'}", str(path)],
+                          capture_output=True, text=True, cwd=tmp_path,
+                          env=tracker_env(tmp_path, ""), timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count(":101: ") == 1, done.stderr

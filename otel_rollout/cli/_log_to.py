@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
             runs.setdefault(event.get("run_id"))
         events += len(batch)
     # Every run's tracker run stays open to the end: a forked child's lines may interleave.
-    print(f"read {events:,} events; waiting for the trackers to finish…", file=sys.stderr)
+    print(f"read {counted(events, 'event')}; waiting for the trackers to finish…", file=sys.stderr)
     hub.close(args.timeout)
     counts = hub.counts()
     names = ", ".join(str(s) for s in specs)
@@ -109,11 +109,15 @@ def run(args: argparse.Namespace) -> int:
 def _refuse_logged_runs(specs: Sequence[Any], path: str) -> None:
     """Refuse, naming them, the file's runs a tracker already holds (a second log-to, or a
     backfill of a run whose trackers were on): their series would be doubled."""
-    from ..trackers._sinks import already_logged
+    from ..trackers._sinks import LOOKED_UP, already_logged
 
-    starts = trace_reader(path, kinds={"run.start"}, progress=False, validate=True)
+    looked_up = [spec for spec in specs if spec.kind in LOOKED_UP]
+    if not looked_up:
+        return
+    # Its run IDs, quietly: the read that logs the file warns about its bad lines.
+    starts = trace_reader(path, kinds={"run.start"}, progress=False, on_skip=lambda *_: None)
     run_ids = list(dict.fromkeys(str(e["run_id"]) for e in starts))
-    for spec in specs:
+    for spec in looked_up:
         try:
             logged = already_logged(spec, run_ids)
         except Exception as exc:  # the store cannot be read: logging will say so again

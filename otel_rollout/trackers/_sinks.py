@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from ._spec import KINDS, MissingExtra, Spec
 
-__all__ = ["MLFLOW_BATCH", "Sink", "already_logged", "kind_of", "opener"]
+__all__ = ["LOOKED_UP", "MLFLOW_BATCH", "Sink", "already_logged", "kind_of", "opener"]
 
 #: Most metrics in one MLflow ``log_batch`` request (the tracking server's own limit).
 MLFLOW_BATCH = 1000
@@ -252,9 +252,13 @@ _MAKERS: dict[str, Callable[[Spec, str], Sink]] = {
 }
 
 
+#: The trackers whose runs can be looked up (W&B's offline runs cannot).
+LOOKED_UP = frozenset({"tensorboard", "mlflow"})
+
+
 def already_logged(spec: Spec, run_ids: Sequence[str]) -> list[str]:
-    """Those of ``run_ids`` the tracker of ``spec`` already holds a run of (TensorBoard,
-    MLflow; W&B's offline runs cannot be looked up, so none)."""
+    """Those of ``run_ids`` the tracker of ``spec`` already holds a run of (none for a
+    tracker not in :data:`LOOKED_UP`)."""
     check = {"tensorboard": TensorBoardSink.logged, "mlflow": MlflowSink.logged}.get(spec.kind)
     return check(spec, run_ids) if check is not None else []
 
