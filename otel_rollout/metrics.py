@@ -106,24 +106,20 @@ class MetricsExporter:
             version = event["new_version"]
             i["rollout.refits"].add(1)
             i["rollout.refit.paused_calls"].add(len(event.get("cuts") or ()))
-            i["rollout.weight_version"].set(metric_value(version))
+            _set(i["rollout.weight_version"], version)
         elif kind == "trace.dropped":
-            i["rollout.trace.dropped"].add(metric_value(event.get("count", 0)))
+            _add(i["rollout.trace.dropped"], event.get("count", 0))
         elif kind in ("checkpoint.publish", "checkpoint.restore"):
             i["rollout.checkpoints"].add(1, {"kind": kind.split(".")[1]})
 
     def _record_step(self, row: Any) -> None:
         i = self._i
-        # Integers of any size are valid in the file; not every backend takes them, and the
-        # SDK drops a value past a float with a warning each time: those are not set.
-        for name, value in (("rollout.step", row.step),
-                            ("rollout.trained_version", row.trained_version),
-                            ("rollout.batch_age", row.batch_age)):  # fmt: skip
-            value = metric_value(value)
-            if value is not None and -math.inf < value < math.inf:
-                i[name].set(value)
+        _set(i["rollout.step"], row.step)
+        _set(i["rollout.trained_version"], row.trained_version)
+        if row.batch_age is not None:
+            _set(i["rollout.batch_age"], row.batch_age)
         for age, n in row.tokens_by_age.items():
-            i["rollout.tokens.trained"].add(metric_value(n), {"age": AGE_LABELS[age]})
+            _add(i["rollout.tokens.trained"], n, {"age": AGE_LABELS[age]})
 
     def counts(self) -> dict[str, int]:
         """Failed metric exports, as the exporters behind the meter counted them."""
@@ -132,3 +128,20 @@ class MetricsExporter:
     def shutdown(self) -> None:
         if self._on_shutdown is not None:
             self._on_shutdown()
+
+
+# Integers of any size are valid in the file; not every backend takes them: a value past
+# 64 bits is a float (metric_value), and one past a float's range is left out (the SDK
+# would drop it with a warning at every event).
+
+
+def _set(gauge: Any, value: Any) -> None:
+    value = metric_value(value)
+    if -math.inf < value < math.inf:
+        gauge.set(value)
+
+
+def _add(counter: Any, value: Any, attributes: Mapping[str, str] | None = None) -> None:
+    value = metric_value(value)
+    if -math.inf < value < math.inf:
+        counter.add(value, attributes)

@@ -79,3 +79,33 @@ def test_log_to_logs_every_step_a_tracker_can_take(tmp_path, cli):
     for step, age in expected.items():
         assert logged[step] == pytest.approx(age, rel=1e-6) or logged[step] == age == math.inf
     assert series["rollout/trained_version"][2] == math.inf
+
+
+def test_metrics_leave_out_values_past_a_float_without_a_warning_each(caplog):
+    """A refit to version 10**400, a drop count and a seal of 10**400 tokens update what
+    they can; the SDK is handed no value past a float (it warns at each one)."""
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    exporter = MetricsExporter(provider.get_meter("test"))
+    huge = 10**400
+    events = [
+        {"t": 1.0, "run_id": "r", "event": "weights.sync", "replaced_version": 0,
+         "new_version": huge},
+        {"t": 2.0, "run_id": "r", "event": "trace.dropped", "count": huge},
+        {"t": 3.0, "run_id": "r", "event": "group.seal", "group_id": "g", "prompt_id": 0,
+         "tokens": huge, "tokens_by_version": {"0": huge}},
+        {"t": 4.0, "run_id": "r", "event": "train.step", "step": 0, "trained_version": 1,
+         "group_ids": ["g"]},
+    ]  # fmt: skip
+    with caplog.at_level("WARNING"):
+        assert exporter.export(events) == 0
+        reader.get_metrics_data()
+    assert not [r for r in caplog.records if "not finite" in r.getMessage()]
+    points = {
+        m.name: [p.value for p in m.data.data_points]
+        for rm in reader.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    }
+    assert points["rollout.step"] == [0] and points["rollout.refits"] == [1]
+    provider.shutdown()
