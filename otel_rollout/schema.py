@@ -367,6 +367,8 @@ def _check_fields(
 
 
 def _short(value: Any) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)  # JSON has no NaN or infinity: orjson would say null
     try:
         text = orjson.dumps(value, default=repr).decode()
     except TypeError:  # nested past orjson's depth limit

@@ -345,6 +345,7 @@ class TestEventsInMemory:
         assert found and found == rule_problems(event)
         typed, why = from_object(event)
         assert typed is None and why is not None and field in why
+        assert f"(got {value!r})" in why  # not "null", which JSON would have written
         seal = {"t": 0.5, "run_id": "r", "event": "group.seal", "group_id": "g",
                 "prompt_id": 1, "tokens": 4, "tokens_by_version": {"0": 4}}  # fmt: skip
         warned: list[str] = []
