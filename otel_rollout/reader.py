@@ -409,11 +409,14 @@ class EventReader:
 
 def trace_file(path: str | os.PathLike[str]) -> Path:
     """The trace a user names by ``path``: the file itself, or, for a directory holding a
-    ``rollout_trace.jsonl`` (the log directory a trace or ``--log-dir`` writes into),
-    that file."""
+    ``rollout_trace.jsonl`` (the log directory a trace or ``--log-dir`` writes into), or
+    a ``rollout_trace.jsonl.gz``, that file."""
     target = Path(path)
-    inside = target / ROLLOUT_TRACE_FILENAME
-    return inside if target.is_dir() and inside.is_file() else target
+    if target.is_dir():
+        for name in (ROLLOUT_TRACE_FILENAME, ROLLOUT_TRACE_FILENAME + ".gz"):
+            if (target / name).is_file():
+                return target / name
+    return target
 
 
 def unreadable(path: Path) -> str | None:

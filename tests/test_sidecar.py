@@ -518,8 +518,8 @@ def test_follow_by_hand_serves_the_newest_run_once_the_one_before_is_over(demo_t
     last_step = steps[-1]["step"]
     env = metrics_env(port) | {"OTEL_TRACES_EXPORTER": "none"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "otel_rollout", "export", str(demo_trace), "--follow",
-         "--linger", "30"],
+        [sys.executable, "-m", "otel_rollout", "export", str(demo_trace.parent), "--follow",
+         "--linger", "30"],  # its log directory: the log inside is followed
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     seen: dict[str, object] = {}

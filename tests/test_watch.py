@@ -148,15 +148,29 @@ def test_the_screen_follows_a_run_through_sigkill_and_resume_and_quits_on_ctrl_c
         tmux.close()
 
 
-def test_a_directory_or_unreadable_file_at_the_path_is_one_line_on_a_restored_screen(tmp_path):
-    """The live view of a directory, of a path where a directory appears while it waits,
-    and (not as root) of an unreadable file: one line, exit 2, no traceback, the
-    terminal off the alternate screen."""
+def test_a_log_directory_is_waited_for_its_log(tmp_path, demo_trace):
+    """The live view of a log directory with no log yet (a run about to start) waits for
+    its rollout_trace.jsonl, as for a log file, and shows the run once it appears."""
     need_tmux()
     folder = tmp_path / "run"
     folder.mkdir()
+    tmux = Tmux(command("watch", str(folder), "--interval", "0.1"), tmp_path)
+    try:
+        screen = tmux.wait_for("waiting for it to appear")
+        assert "lout_trace.jsonl: waiting" in screen  # the log inside, wrapped on the screen
+        (folder / "rollout_trace.jsonl").write_bytes(demo_trace.read_bytes())
+        tmux.wait_for(re.compile(r"step\s+23 "))
+    finally:
+        tmux.close()
+
+
+def test_a_directory_or_unreadable_file_at_the_path_is_one_line_on_a_restored_screen(tmp_path):
+    """The live view of a path where a directory appears while it waits, and (not as
+    root) of an unreadable file: one line, exit 2, no traceback, the terminal off the
+    alternate screen."""
+    need_tmux()
     later = tmp_path / "later.jsonl"
-    cases = [(folder, "is a directory"), (later, "is a directory")]
+    cases = [(later, "is a directory")]
     if os.geteuid() != 0:  # root reads any file
         locked = tmp_path / "locked.jsonl"
         locked.write_bytes(b"")

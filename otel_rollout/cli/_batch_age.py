@@ -43,12 +43,16 @@ def add_parser(commands: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def load_steps(path: str, *, progress: bool = True) -> list[StepAge]:
+def load_steps(path: str, *, progress: bool = True, quiet: bool = False) -> list[StepAge]:
     """Read a trace's steps and seals only, and compute every step's batch age.
 
-    Lines that are not valid events are skipped with a warning naming their line.
+    Lines that are not valid events are skipped with a warning naming their line (with
+    ``quiet``, silently: for a caller that reads the file again with warnings).
     """
-    reader = trace_reader(path, kinds=BATCH_AGE_EVENTS, progress=progress, typed=True)
+    on_skip = (lambda line, why: None) if quiet else None
+    reader = trace_reader(
+        path, kinds=BATCH_AGE_EVENTS, progress=progress, typed=True, on_skip=on_skip
+    )
     [rows] = run_file(reader, [StepAges()])
     check_is_trace(reader, reader.events)
     return rows

@@ -6,11 +6,11 @@ import argparse
 import os
 import sys
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..constants import ROLLOUT_TRACE_FILENAME
+from ..exporters import log_path
 from ..otel import OtelSettings, settings
+from ..reader import unreadable
 from ..render.words import counted
 from ._common import CliError, checked_batches, endpoint_url, trace_argument, trace_reader
 
@@ -122,13 +122,15 @@ def _follow(args: argparse.Namespace, chosen: OtelSettings) -> Telemetry:
             "nothing to export: set --endpoint, OTEL_EXPORTER_OTLP_ENDPOINT, "
             "OTEL_TRACES_EXPORTER, OTEL_METRICS_EXPORTER or OTEL_ROLLOUT_TRACKERS"
         )
-    if Path(args.file).is_dir():  # (a missing file is waited for)
-        raise CliError(f"{args.file}: is a directory, with no {ROLLOUT_TRACE_FILENAME} in it")
+    path = log_path(args.file)  # the log a writer given this path writes; it may not exist yet
+    problem = unreadable(path) if path.exists() else None
+    if problem is not None:
+        raise CliError(problem)
     try:
-        sidecar = Sidecar(args.file, chosen, linger=args.linger)
+        sidecar = Sidecar(path, chosen, linger=args.linger)
     except OSError as exc:
-        raise CliError(f"another sidecar already follows {args.file} ({exc})") from exc
+        raise CliError(f"another sidecar already follows {path} ({exc})") from exc
     handle_signals(sidecar)
-    print(f"following {args.file}; Ctrl-C to stop", file=sys.stderr)
+    print(f"following {path}; Ctrl-C to stop", file=sys.stderr)
     sidecar.run()
     return sidecar.telemetry

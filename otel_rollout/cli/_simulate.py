@@ -219,7 +219,7 @@ def _check_resumable(trace: Path, steps: int) -> None:
     report a stop that never happened)."""
     if not trace.exists():
         raise CliError(f"nothing to resume: {trace} does not exist (start without --resume)")
-    trained = load_steps(str(trace), progress=False)
+    trained = load_steps(str(trace), progress=False, quiet=True)  # the run reads it again
     last = max((row.step for row in trained), default=None)
     if last is not None and last >= steps - 1:
         raise CliError(

@@ -17,6 +17,7 @@ from typing import Any
 
 from .. import config
 from .._blocks import GZIP_MAGIC
+from ..exporters import log_path
 from ..live import LiveTrace
 from ..reader import unreadable
 from ..render.fields import Style
@@ -103,15 +104,17 @@ def run(args: argparse.Namespace) -> int:
     style = Style(full_ids=args.full_ids)
     if args.once:
         return _once(args.file, render, Console, style, args.window)
-    if _gzipped(args.file):
-        raise CliError(f"{args.file}: gzipped; a live view follows a plain log as it grows "
+    # The log a writer given this path writes (a log directory's, even before it exists).
+    path = str(log_path(args.file))
+    if _gzipped(path):
+        raise CliError(f"{path}: gzipped; a live view follows a plain log as it grows "
                        "(a finished .gz: watch --once, batch-age, cost or report)")  # fmt: skip
-    if os.path.exists(args.file):  # a path with nothing at it yet is waited for
-        _check_readable(args.file)
+    if os.path.exists(path):  # a path with nothing at it yet is waited for
+        _check_readable(path)
     console = Console()
     if not console.is_terminal:
         raise CliError("the live view needs a terminal; --once prints one frame to a pipe or file")
-    return _follow(LiveTrace(args.file, window=args.window), render, console, style, interval)
+    return _follow(LiveTrace(path, window=args.window), render, console, style, interval)
 
 
 def _gzipped(path: str) -> bool:
