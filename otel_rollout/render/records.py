@@ -6,11 +6,13 @@ Times stay epoch seconds, with the same instant as ISO-8601 UTC beside each
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..age import AGE_BUCKETS, StepAge
-from ..cost import CostReport
 from .fields import BOUNDARY_FIELDS, iso_utc
+
+if TYPE_CHECKING:  # the cost module only for its report type: batch-age need not load it
+    from ..cost import CostReport
 
 __all__ = ["AGE_KEYS", "cost_record", "step_record"]
 

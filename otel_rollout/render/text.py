@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ..age import AGE_BUCKETS, StepAge
-from ..cost import CostReport
 from .fields import (
     BOUNDARY_FIELDS,
     PLAIN,
@@ -22,6 +21,9 @@ from .fields import (
 )
 from .records import AGE_KEYS
 from .words import counted
+
+if TYPE_CHECKING:  # the cost module only for its report type: batch-age need not load it
+    from ..cost import CostReport
 
 __all__ = ["write_cost", "write_staleness", "write_steps"]
 
