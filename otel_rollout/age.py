@@ -171,27 +171,6 @@ def batch_age(trained_version: int, tokens: int, version_sum: int) -> float | No
         return math.inf if trained_version * tokens > version_sum else -math.inf
 
 
-_INT64 = 1 << 63
-
-
-def metric_value(n: Any) -> Any:
-    """``n`` as a value every metrics backend and tracker takes: an integer within 64 bits
-    as it is, a wider one as a float (±inf past what a float holds).  The schema allows
-    integers of any size; a protobuf int64, a Prometheus sample and a tracker's scalar do
-    not, and ``float(n)`` raises past ~1.8e308."""
-    if n.__class__ is not int or -_INT64 <= n < _INT64:
-        return n
-    try:
-        return float(n)
-    except OverflowError:
-        return math.inf if n > 0 else -math.inf
-
-
-def indexable_step(step: int) -> bool:
-    """Whether a step number can be a tracker's step (an int64 ≥ 0, in all three)."""
-    return 0 <= step < _INT64
-
-
 def pop_batch_age(per_group_metrics: dict[str, list[Any]], trained_version: int) -> float | None:
     """Remove the step's batch-age sums and return its batch age, if it has tokens.
 

@@ -22,7 +22,8 @@ from typing import Any
 
 from opentelemetry.metrics import Meter
 
-from .age import AGE_BUCKETS, LiveBatchAge, metric_value
+from .age import AGE_BUCKETS, LiveBatchAge
+from .metric_values import metric_value
 
 __all__ = ["AGE_LABELS", "INSTRUMENTS", "MetricsExporter"]
 

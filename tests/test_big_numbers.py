@@ -12,8 +12,8 @@ from _tracker_readers import tensorboard_runs
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from otel_rollout.age import metric_value
 from otel_rollout.batch_age import batch_age_by_step
+from otel_rollout.metric_values import metric_value
 from otel_rollout.metrics import MetricsExporter
 from otel_rollout.reader import read_events
 from otel_rollout.testing import TraceBuilder

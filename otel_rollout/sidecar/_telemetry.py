@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from queue import Full, Queue
@@ -32,6 +32,7 @@ from ..otel import OtelSettings
 from ..spans import SpanBuilder
 from ..trackers import hub_for
 from . import _otlp
+from ._scrape import ServedRun, SpanCounts
 
 __all__ = ["CollectingProcessor", "SpanShipper", "Telemetry"]
 
@@ -192,9 +193,11 @@ class Telemetry:
         self._wants_metrics = bool(chosen.metrics)
         self._served: _Run | None = None  # the run whose metrics the endpoint serves
         if prometheus_registry is not None:
-            prometheus_registry.register(_ServedRun(self))
+            prometheus_registry.register(ServedRun(self._served_registry))
             if self.shipper is not None:
-                prometheus_registry.register(_SpanCounts(self))
+                prometheus_registry.register(
+                    SpanCounts(lambda: (self.spans_made, self.spans_sent, self.spans_failed))
+                )
 
     # Runs.
 
@@ -224,7 +227,7 @@ class Telemetry:
             run.push_readers = list(readers)
             if self._registry is not None:
                 # Every run's metrics are kept scrapable in a registry of its own; the
-                # endpoint serves one of them (_ServedRun), so that a run that starts while
+                # endpoint serves one of them (_scrape.ServedRun), so that a run that starts while
                 # the one served is alive can take over when it ends, its values intact.
                 from opentelemetry.exporter.prometheus import PrometheusMetricReader
                 from prometheus_client import CollectorRegistry
@@ -246,6 +249,11 @@ class Telemetry:
         if old is not None and old is not run:
             old.prometheus = False
         self._retire_stale()
+
+    def _served_registry(self) -> Any:
+        """The registry of the run served, if any (asked at each scrape, on its thread)."""
+        served = self._served
+        return served.scrape if served is not None else None
 
     def _retire_stale(self) -> None:
         """Retire every ended run whose metrics no scrape will show: all but the one served
@@ -369,46 +377,3 @@ class Telemetry:
     @property
     def spans_failed(self) -> int:
         return self.shipper.failed if self.shipper is not None else 0
-
-
-class _ServedRun:
-    """The scrape endpoint's view of the run it serves (:meth:`Telemetry._serve`): that
-    run's own registry, collected at each scrape."""
-
-    def __init__(self, telemetry: Telemetry) -> None:
-        self._telemetry = telemetry
-
-    def describe(self) -> list[Any]:
-        return []  # which run, and so which series, is decided at each scrape
-
-    def collect(self) -> Iterator[Any]:
-        served = self._telemetry._served
-        scrape = served.scrape if served is not None else None
-        if scrape is not None:
-            yield from scrape.collect()
-
-
-class _SpanCounts:
-    """``rollout_spans_total{outcome}`` on the sidecar's scrape endpoint: the spans it made,
-    sent, and could not send (the collector refused them or timed out), across every run
-    it followed.  The ``RolloutSpansDropping`` alert watches ``not_sent``."""
-
-    def __init__(self, telemetry: Telemetry) -> None:
-        self._telemetry = telemetry
-
-    def describe(self) -> list[Any]:
-        return []  # no collect at registration: the counts are read at each scrape
-
-    def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily
-
-        t = self._telemetry
-        family = CounterMetricFamily(
-            "rollout_spans",
-            "Spans the export sidecar made from the log, sent, and could not send",
-            labels=["outcome"],
-        )
-        family.add_metric(["made"], t.spans_made)
-        family.add_metric(["sent"], t.spans_sent)
-        family.add_metric(["not_sent"], t.spans_failed)
-        yield family

@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..age import AGE_BUCKETS, LiveBatchAge, StepAge, indexable_step, metric_value
+from ..age import AGE_BUCKETS, LiveBatchAge, StepAge
 from ..analysis import Engine
 from ..cost import CostAnalysis
+from ..metric_values import indexable_step, metric_value
 from ..reader import EventReader
 
 __all__ = ["RESTORE_METRICS", "STEP_METRICS", "Row", "RowBuilder", "restore_values"]
