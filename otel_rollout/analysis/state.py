@@ -95,10 +95,14 @@ class State:
         if kinds is None:
             return dict(self._apply)
         apply = {kind: handler for kind, handler in self._apply.items() if kind in kinds}
-        if "group.seal" in apply and not kinds & _IN_FLIGHT:
-            # Seals without the kinds that put work in flight (batch age's read): no group
-            # to follow, only its counts (the Group made per seal was ~15% of the pass).
-            apply["group.seal"] = self._seal_counts
+        if not kinds & _IN_FLIGHT:
+            # Seals and steps without the kinds that put work in flight (batch age's read):
+            # no group to follow, only its counts and the steps (the Group made per seal
+            # was ~15% of the pass).
+            if "group.seal" in apply:
+                apply["group.seal"] = self._seal_counts
+            if "train.step" in apply:
+                apply["train.step"] = self._step_only
         return apply
 
     def key(self, e: Any) -> Key:
@@ -192,8 +196,22 @@ class State:
         self.epochs.pop(e.group_id, None)
 
     def _train_step(self, e: Any) -> None:
-        seals, groups, epochs = self.seals, self.groups, self.epochs
-        problem = never_sealed(e.step, e.group_ids, seals)
+        group_ids = self._step(e)
+        self.trained.update(group_ids)
+        groups, epochs, carries = self.groups, self.epochs, self.carries
+        for group_id in group_ids:
+            group = groups.pop(group_id, None)
+            if group is not None:
+                carries.settled(group_id, group)
+            epochs.pop(group_id, None)
+
+    def _step_only(self, e: Any) -> None:
+        self._step(e)
+
+    def _step(self, e: Any) -> list[str]:
+        """The step as the surviving one of its number (what batch age needs of it), and its
+        group IDs; with nothing in flight followed, the whole of a ``train.step``."""
+        problem = never_sealed(e.step, e.group_ids, self.seals)
         if problem is not None:
             self.warn(e, problem)
         # The step's group IDs as the seals' own strings, and the run's: a step's decoded
@@ -201,16 +219,10 @@ class State:
         group_ids = [sys.intern(g) for g in e.group_ids]
         run_id = self.run_id(e)
         self.steps[e.step] = Step(e.step, e.trained_version, group_ids, run_id, e.t, e.batch_age)
-        self.trained.update(group_ids)
-        carries = self.carries
-        for group_id in e.group_ids:
-            group = groups.pop(group_id, None)
-            if group is not None:
-                carries.settled(group_id, group)
-            epochs.pop(group_id, None)
         run = self.run
         if run is not None and (run.last_step is None or e.step > run.last_step):
             run.last_step = e.step
+        return group_ids
 
     def _checkpoint_publish(self, e: Any) -> None:
         self.carries.published()
