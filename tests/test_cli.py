@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import subprocess
 import sys
 
@@ -266,3 +268,35 @@ def test_a_kill_that_lands_after_the_last_step_ends_the_demo_there(tmp_path, cap
     assert "nothing is left to resume" in capsys.readouterr().err
     log = EventReader(tmp_path / "rollout_trace.jsonl")
     assert [e["event"] for e in log].count("run.start") == 1  # no resumed run
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["batch-age"], ["batch-age", "--json"], ["cost"], ["cost", "--json"], ["staleness"],
+     ["staleness", "--json"], ["watch", "--once"]],
+    ids=" ".join,
+)  # fmt: skip
+def test_a_full_disk_under_stdout_is_one_line(demo_trace, command):
+    """Output into a full device (/dev/full) is one line, exit 2, never a traceback."""
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "otel_rollout", command[0], str(demo_trace),
+                               *command[1:]], stdout=full, stderr=subprocess.PIPE, text=True,
+                              timeout=120)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "No space left on device" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_an_output_file_that_cannot_be_written_is_one_line(demo_trace, tmp_path, cli):
+    """timeline -o into a full device, and report --png naming a file, are one line, exit
+    2; the report writes nothing when its --png cannot be used."""
+    proc = cli("timeline", str(demo_trace), "-o", "/dev/full")
+    assert proc.returncode == 2 and "/dev/full: cannot write (No space left" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)  # its partial output removed, not it
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    page = tmp_path / "r.html"
+    proc = cli("report", str(demo_trace), "--png", str(afile), "-o", str(page))
+    assert proc.returncode == 2 and "is a file; name a directory" in proc.stderr
+    assert not page.exists() and "Traceback" not in proc.stderr

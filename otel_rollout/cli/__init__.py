@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -62,7 +63,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     args = _parser(argv).parse_args(argv)
     setup_logging()
     try:
-        return int(args.handler(args) or 0)
+        code = int(args.handler(args) or 0)
+        sys.stdout.flush()  # a full disk under stdout is met here, not at exit
+        return code
     except CliError as exc:
         print(f"otel-rollout: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -72,6 +75,21 @@ def run(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         sys.stderr.close()  # the reader went away (| head); nothing left to say
         return 0
+    except OSError as exc:  # standard output could not be written (a full disk, say)
+        _drop_stdout()
+        where = f"{exc.filename}: " if exc.filename else "cannot write the output: "
+        print(f"otel-rollout: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that what is still buffered for it does not fail
+    again (with a traceback) when the interpreter exits."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -52,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
     without_cyclic_gc()
     reader = trace_reader(args.file, typed=True)
     where = prepare_output(args.output, Path(args.file))
+    if args.png is not None and args.png.exists() and not args.png.is_dir():
+        raise CliError(f"--png {args.png}: is a file; name a directory for the charts' PNGs")
     data = collect_file(reader)
     check_is_trace(reader, reader.events)
     try:
@@ -66,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
                 print(f"wrote {path}", file=sys.stderr)
         except FileNotFoundError as exc:
             raise CliError(str(exc)) from exc
+        except OSError as exc:
+            raise CliError(f"--png {args.png}: cannot write ({exc.strerror or exc})") from None
         except subprocess.SubprocessError as exc:
             raise CliError(f"Chromium could not render the charts: {exc}") from exc
     return 0

@@ -147,12 +147,19 @@ def run(args: argparse.Namespace) -> int:
     done = False
     try:
         summary = write_timeline(args.file, out, runs=runs, steps=steps, counter_ms=args.counter_ms)
-        done = True
-    finally:
         out.close()
         raw.close()
+        done = True
+    except OSError as exc:  # a full disk, say (the trace was readable: checked above)
+        raise CliError(f"{out_path}: cannot write ({exc.strerror or exc})") from None
+    finally:
         if not done:
             with contextlib.suppress(OSError):
-                os.unlink(out_path)
+                out.close()
+            with contextlib.suppress(OSError):
+                raw.close()
+            if out_path.is_file():  # a partial output, never a device (/dev/full) or a pipe
+                with contextlib.suppress(OSError):
+                    os.unlink(out_path)
     print(f"{out_path}{where}: {summary.line()}", file=sys.stderr)
     return 0
