@@ -17,6 +17,7 @@ __all__ = [
     "GZIP_MAGIC",
     "LazyLines",
     "chunks",
+    "is_gzipped",
     "kind_pattern",
     "locator",
     "matching_lines",
@@ -266,6 +267,15 @@ class open_trace:
 
     def __exit__(self, *exc: object) -> None:
         self._raw.close()
+
+
+def is_gzipped(path: str | Path) -> bool:
+    """Whether the file at ``path`` is gzipped (by its first bytes, as every reader tells)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == GZIP_MAGIC
+    except OSError:
+        return False
 
 
 def size(path: Path) -> int:

@@ -300,3 +300,33 @@ def test_an_output_file_that_cannot_be_written_is_one_line(demo_trace, tmp_path,
     proc = cli("report", str(demo_trace), "--png", str(afile), "-o", str(page))
     assert proc.returncode == 2 and "is a file; name a directory" in proc.stderr
     assert not page.exists() and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["log-to", "tensorboard:TMP/tb", "FILE", "--timeout", "nan"],
+     ["log-to", "tensorboard:TMP/tb", "FILE", "--timeout", "-1"],
+     ["export", "FILE", "--follow", "--linger", "inf"],
+     ["timeline", "FILE", "-o", "TMP/t.json", "--counter-ms", "inf"],
+     ["simulate", "--log-dir", "TMP/s", "--hold", "nan"]],
+    ids=lambda a: " ".join(a[-2:]),
+)  # fmt: skip
+def test_an_amount_that_is_no_number_of_seconds_is_a_usage_error(demo_trace, tmp_path, cli, args):
+    """A NaN, infinite or negative time is one line, exit 2 (a NaN timeout made a traceback,
+    an infinite one another, a negative one was taken)."""
+    filled = [a.replace("TMP", str(tmp_path)).replace("FILE", str(demo_trace)) for a in args]
+    proc = cli(*filled)
+    assert proc.returncode == 2 and "≥ 0, got" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_follow_refuses_a_gzipped_log(demo_trace, tmp_path, cli):
+    """export --follow on a gzipped log is one line, exit 2: it follows plain bytes."""
+    import gzip
+
+    gz = tmp_path / "rollout_trace.jsonl.gz"
+    gz.write_bytes(gzip.compress(demo_trace.read_bytes()))
+    for target in (gz, tmp_path):  # the file, and the log directory that holds only it
+        proc = cli("export", str(target), "--follow", "--linger", "1", "--endpoint",
+                   "http://127.0.0.1:9")  # fmt: skip
+        assert proc.returncode == 2 and "gzipped; --follow follows a plain log" in proc.stderr

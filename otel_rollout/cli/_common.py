@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import os
 import sys
 import time
@@ -143,6 +144,25 @@ def at_least(minimum: int) -> Callable[[str], int]:
 
 positive_int = at_least(1)
 non_negative_int = at_least(0)
+
+
+def amount_of(unit: str) -> Callable[[str], float]:
+    """An argparse type: a finite number ≥ 0 of ``unit`` (seconds, say), or a one-line
+    usage error (a NaN or an infinite timeout made a traceback, a negative one no sense)."""
+
+    def parse(raw: str) -> float:
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value >= 0):
+            raise argparse.ArgumentTypeError(f"must be a number of {unit} ≥ 0, got {raw!r}")
+        return value
+
+    return parse
+
+
+seconds = amount_of("seconds")
 
 
 def endpoint_url(raw: str) -> str:

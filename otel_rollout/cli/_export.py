@@ -8,11 +8,12 @@ import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from .._blocks import is_gzipped
 from ..exporters import log_path
 from ..otel import OtelSettings, settings
 from ..reader import unreadable
 from ..render.words import counted
-from ._common import CliError, checked_batches, endpoint_url, trace_argument, trace_reader
+from ._common import CliError, checked_batches, endpoint_url, seconds, trace_argument, trace_reader
 
 if TYPE_CHECKING:
     from ..sidecar._telemetry import Telemetry
@@ -58,7 +59,7 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument(
         "--linger",
-        type=float,
+        type=seconds,
         metavar="SECONDS",
         help="with --follow: exit this long after every run in the file has stopped "
         "(default: follow until Ctrl-C or SIGTERM)",
@@ -126,6 +127,9 @@ def _follow(args: argparse.Namespace, chosen: OtelSettings) -> Telemetry:
     problem = unreadable(path) if path.exists() else None
     if problem is not None:
         raise CliError(problem)
+    if is_gzipped(path):
+        raise CliError(f"{path}: gzipped; --follow follows a plain log as it grows "
+                       "(replay a finished .gz with export FILE, no --follow)")  # fmt: skip
     try:
         sidecar = Sidecar(path, chosen, linger=args.linger)
     except OSError as exc:

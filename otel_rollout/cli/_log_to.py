@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..render.words import counted
-from ._common import CliError, checked_batches, trace_argument, trace_reader
+from ._common import CliError, checked_batches, seconds, trace_argument, trace_reader
 
 
 def add_parser(commands: Any) -> None:
@@ -48,7 +48,7 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         default=120.0,
         metavar="SECONDS",
         help="most seconds to wait for the trackers: for room while reading (a batch not "

@@ -17,7 +17,7 @@ from ..render.text import write_cost, write_steps
 from ..simulate import SimConfig, SimStatus, simulate
 from . import _demo
 from ._batch_age import load_steps
-from ._common import CliError, non_negative_int, positive_int
+from ._common import CliError, non_negative_int, positive_int, seconds
 from ._cost import load_report
 
 _DEFAULTS = SimConfig()
@@ -89,7 +89,7 @@ def _add_options(
     parser.add_argument("--quiet", action="store_true", help="no progress display")
     parser.add_argument(
         "--hold",
-        type=float,
+        type=seconds,
         default=0.0,
         metavar="SECONDS",
         help="keep the trace and its metrics endpoint open this long after the run, "

@@ -16,6 +16,7 @@ from ..timeline import RunSelector, StepRange, Timeline, TimelineSummary, TraceE
 from ..timeline import step_windows as find_step_windows
 from ._common import (
     CliError,
+    amount_of,
     check_is_trace,
     prepare_output,
     trace_argument,
@@ -70,7 +71,7 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument(
         "--counter-ms",
-        type=float,
+        type=amount_of("milliseconds"),
         default=10.0,
         metavar="MS",
         help="shortest trace time between two samples of the in-flight counters (10 ms; 0 "
@@ -131,8 +132,6 @@ def run(args: argparse.Namespace) -> int:
         steps = StepRange.parse(args.steps) if args.steps is not None else None
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    if not args.counter_ms >= 0:
-        raise CliError(f"--counter-ms {args.counter_ms}: must be a number of milliseconds ≥ 0")
     trace_reader(args.file, progress=False)  # a missing or unreadable file: one line, first
     out_path = Path(args.output)
     where = prepare_output(out_path, Path(args.file))

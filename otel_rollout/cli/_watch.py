@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import config
-from .._blocks import GZIP_MAGIC
+from .._blocks import is_gzipped
 from ..exporters import log_path
 from ..live import LiveTrace
 from ..reader import unreadable
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         return _once(args.file, render, Console, style, args.window)
     # The log a writer given this path writes (a log directory's, even before it exists).
     path = str(log_path(args.file))
-    if _gzipped(path):
+    if is_gzipped(path):
         raise CliError(f"{path}: gzipped; a live view follows a plain log as it grows "
                        "(a finished .gz: watch --once, batch-age, cost or report)")  # fmt: skip
     if os.path.exists(path):  # a path with nothing at it yet is waited for
@@ -115,14 +115,6 @@ def run(args: argparse.Namespace) -> int:
     if not console.is_terminal:
         raise CliError("the live view needs a terminal; --once prints one frame to a pipe or file")
     return _follow(LiveTrace(path, window=args.window), render, console, style, interval)
-
-
-def _gzipped(path: str) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(2) == GZIP_MAGIC
-    except OSError:
-        return False
 
 
 def _check_readable(path: str | Path) -> None:
@@ -138,7 +130,7 @@ def _once(path: str, render: Any, console_type: Any, style: Style, window: int) 
     trace = LiveTrace(path, window=window)
     try:
         total = trace.follower.size()  # the file as it is now; what is appended later waits
-        if _gzipped(path):  # a finished, gzipped run: read as every read command reads it
+        if is_gzipped(path):  # a finished, gzipped run: read as every read command reads it
             trace.read_whole(progress)
         else:
             _read_to(trace, total, progress)
