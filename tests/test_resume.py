@@ -163,3 +163,12 @@ def test_resume_refuses_what_it_cannot_resume(tmp_path, demo_trace, cli):
     proc = cli("simulate", "--log-dir", str(demo_trace.parent), "--resume", "--steps", "24")
     assert proc.returncode == 2 and "trained all 24 steps (its last is step 23)" in proc.stderr
     assert demo_trace.read_bytes() == before
+
+
+def test_resume_without_the_checkpoints_the_log_published_is_refused(tmp_path, demo_trace, cli):
+    """A log whose checkpoints are gone (copied without them) is not resumed from step 0
+    without a word: --resume names the last checkpoint the log published, exit 2."""
+    (tmp_path / "rollout_trace.jsonl").write_bytes(demo_trace.read_bytes())
+    proc = cli("simulate", "--log-dir", str(tmp_path), "--resume", "--steps", "26")
+    assert proc.returncode == 2 and "published checkpoints (the last at step" in proc.stderr
+    assert (tmp_path / "rollout_trace.jsonl").read_bytes() == demo_trace.read_bytes()

@@ -14,10 +14,10 @@ from typing import Any
 
 from ..constants import ROLLOUT_TRACE_FILENAME
 from ..render.text import write_cost, write_steps
-from ..simulate import SimConfig, SimStatus, simulate
+from ..simulate import CHECKPOINTS, SimConfig, SimStatus, latest_checkpoint, simulate
 from . import _demo
 from ._batch_age import load_steps
-from ._common import CliError, non_negative_int, positive_int, seconds
+from ._common import CliError, non_negative_int, positive_int, seconds, trace_reader
 from ._cost import load_report
 
 _DEFAULTS = SimConfig()
@@ -226,6 +226,18 @@ def _check_resumable(trace: Path, steps: int) -> None:
             f"the run in {trace.parent} trained all {steps} steps (its last is step {last}): "
             "nothing to resume; give a larger --steps to train further, or --overwrite"
         )
+    if latest_checkpoint(trace.parent) is None:
+        quiet = trace_reader(trace, kinds={"checkpoint.publish"}, progress=False,
+                             on_skip=lambda *_: None)  # fmt: skip
+        published = [e["step"] for e in quiet]
+        if published:
+            raise CliError(
+                f"the log published checkpoints (the last at step {published[-1]}), but "
+                f"{trace.parent / CHECKPOINTS} holds none with its rollout snapshot: nothing "
+                "to restore from (--overwrite starts again)"
+            )
+        print("(no checkpoint yet: the resumed run starts from step 0, appended to the log)",
+              file=sys.stderr)  # fmt: skip
 
 
 def _clear(log_dir: Path) -> None:

@@ -17,8 +17,10 @@ from ..constants import ROLLOUT_TRACE_FILENAME
 from ..trace import RolloutTrace
 from ._controller import Controller
 from ._model import SimConfig, SimStatus
+from ._snapshot import CHECKPOINTS
+from ._snapshot import latest as latest_checkpoint
 
-__all__ = ["SimConfig", "SimResult", "SimStatus", "simulate"]
+__all__ = ["CHECKPOINTS", "SimConfig", "SimResult", "SimStatus", "latest_checkpoint", "simulate"]
 
 
 @dataclass
