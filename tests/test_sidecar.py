@@ -504,14 +504,27 @@ class TestSpanCounts:
         assert counts["not_sent"] == counts["made"]
 
 
-def test_follow_by_hand_serves_the_newest_run_once_the_one_before_is_over(demo_trace, tmp_path):
+@pytest.mark.parametrize("pids", ["theirs", "one-reused"])
+def test_follow_by_hand_serves_the_newest_run_once_the_one_before_is_over(
+    demo_trace, tmp_path, pids
+):
     """`export --follow` on a file of three runs whose processes have exited (read in one
     batch, so every run starts before the first is seen to be over) serves the last run
-    on its Prometheus endpoint: its ID in target_info, its last step on the step gauge."""
+    on its Prometheus endpoint: its ID in target_info, its last step on the step gauge.
+    So it does when every run names pid 1, alive here (a container's trainer): a run
+    that starts with a run's pid ends it."""
     import urllib.request
 
     from conftest import free_port
 
+    if pids == "one-reused":
+        events = [json.loads(line) for line in demo_trace.read_text().splitlines()]
+        for event in events:
+            if event["event"] == "run.start":
+                event["pid"] = 1
+        demo_trace = tmp_path / "run" / "rollout_trace.jsonl"
+        demo_trace.parent.mkdir()
+        demo_trace.write_text("".join(json.dumps(e) + "\n" for e in events))
     port = free_port()
     steps = [e for e in read_events(demo_trace) if e["event"] in ("run.start", "train.step")]
     last_run = steps[-1]["run_id"]

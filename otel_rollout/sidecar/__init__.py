@@ -238,16 +238,27 @@ class Sidecar:
     # When runs are over.
 
     def _after_run_starts(self, events: list[dict[str, Any]]) -> None:
-        """A run that starts ends every open run that cannot be checked otherwise."""
+        """A run that starts ends every open run that cannot be checked otherwise: of another
+        host, or of this host with the same pid (the pid reused, by a container's trainer
+        as pid 1, say, so it would never be seen to exit); and a run that restores another
+        run's checkpoint ends that run."""
         for event in events:
-            if event["event"] != "run.start":
+            kind = event["event"]
+            if kind == "checkpoint.restore":
+                old = event.get("from_run_id")
+                unchecked = old not in self._connected and old not in self._ending
+                if old in self.telemetry.open_runs() and old != event["run_id"] and unchecked:
+                    self.telemetry.end_run(old, "run.stopped")
+                continue
+            if kind != "run.start":
                 continue
             new, parent = event["run_id"], event.get("parent_run_id")
             for run_id in self.telemetry.open_runs():
                 if run_id in (new, parent) or run_id in self._connected or run_id in self._ending:
                     continue
                 start = self.telemetry.runs[run_id].start
-                if start.get("host") == self._host:
+                same_pid = start.get("pid") is not None and start.get("pid") == event.get("pid")
+                if start.get("host") == self._host and not same_pid:
                     continue  # its pid says when it is over
                 self.telemetry.end_run(run_id, "run.stopped")
 
