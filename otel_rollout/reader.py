@@ -425,7 +425,7 @@ def unreadable(path: Path) -> str | None:
     if not path.exists():
         return f"{path}: no such file"
     if path.is_dir():
-        return f"{path}: is a directory, with no {ROLLOUT_TRACE_FILENAME} in it"
+        return f"{path}: is a directory, with no {ROLLOUT_TRACE_FILENAME}(.gz) in it"
     if not os.access(path, os.R_OK):
         return f"{path}: permission denied"
     return None

@@ -145,10 +145,11 @@ class TestValidate:
         but break the schema's rules) and names them, so it equals what that reader reads."""
         with open(trace_file, "ab") as f:
             f.write(b'{"t":1,"run_id":"r","event":"weights.sync","replaced_version":-2}\n')
+            f.write(b"not json\n")  # skipped by every reader too, before any rule
             f.write(b'{"t":1,"run_id":"r","event":"future.kind"}\n')
         events = sum(len(batch) for batch in EventReader(trace_file, typed=True).batches())
         proc = cli("validate", str(trace_file))
-        aside = "(1 invalid line skipped by readers; 1 of unknown kind passed over)"
+        aside = "(2 invalid lines skipped by readers; 1 of unknown kind passed over)"
         assert f" {events} events {aside}, " in proc.stderr
 
     def test_torn_last_line_is_a_warning_unless_strict(self, cli, trace_file):
@@ -229,7 +230,7 @@ def test_a_log_directory_reads_as_the_log_inside_it(demo_trace, tmp_path, cli, c
     args = [a.replace("OUT", str(tmp_path / "x")) for a in command]
     proc = cli(args[0], str(empty), *args[1:])
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "is a directory, with no rollout_trace.jsonl in it" in proc.stderr
+    assert "is a directory, with no rollout_trace.jsonl(.gz) in it" in proc.stderr
 
 
 def test_the_reference_main_reads_a_log_directory(demo_trace, tmp_path):

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     where = _where(args.endpoint, chosen.protocol)
     read = f"{counted(telemetry.events, 'event')} from {counted(len(telemetry.runs), 'run')}"
     if chosen.traces == "none":
-        sent = "no spans (OTEL_TRACES_EXPORTER=none)"
+        sent = "no spans (traces are not exported: OTEL_TRACES_EXPORTER or --endpoint say so)"
     else:
         sent = (
             f"{counted(telemetry.spans_made, 'span')}; {telemetry.spans_sent:,} sent to "

@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     names = ", ".join(str(s) for s in specs)
     print(
         f"{args.file}: {events:,} events from {counted(len(runs), 'run')} → "
-        f"{hub.rows:,} rows, {counts['tracker_rows_logged']:,} logged into {names} "
+        f"{counted(hub.rows, 'row')}, {counts['tracker_rows_logged']:,} logged into {names} "
         f"in {time.monotonic() - started:.1f}s",
         file=sys.stderr,
     )

@@ -263,7 +263,8 @@ def run_demo(args: argparse.Namespace) -> int:
         "event through RolloutTrace; the engine keeps generating while new weights are\n"
         "installed, so a call's tokens are split by the weight version that made them.\n"
         "Batch age = trained version - token-weighted version of the batch's tokens.\n"
-        f"The run is killed with SIGKILL after steps {', '.join(map(str, args.kill_at))} "
+        f"The run is killed with SIGKILL after step{'s' * (len(args.kill_at) > 1)} "
+        f"{', '.join(map(str, args.kill_at))} "
         "and resumed from its latest checkpoint each time.\n",
         flush=True,
     )

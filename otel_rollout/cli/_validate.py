@@ -147,7 +147,10 @@ def run(args: argparse.Namespace) -> int:
         else:
             report.add(lineno, warn, f"{reason}; run {resumed} resumed after it")
 
+    unread = [0]  # lines the reader itself skips (not JSON, not an object, torn, ...)
+
     def on_skip(lineno: int, reason: str) -> None:
+        unread[0] += 1
         if torn:
             settle(None)
         if reason.startswith(TORN_LINE):
@@ -203,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"... {shown - args.max_report} more problems not shown", file=sys.stderr)
     print(
         f"{args.file}: {counted(reader.lines, 'line')}, {counted(sum(kinds.values()), 'event')}"
-        f"{_aside(invalid, unknown)}, "
+        f"{_aside(invalid + unread[0], unknown)}, "
         f"{counted(errors, 'error')}, {counted(warnings, 'warning')}",
         file=sys.stderr,
     )

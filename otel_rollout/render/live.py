@@ -18,6 +18,7 @@ from rich.text import Text
 from ..age import AGE_BUCKETS
 from ..live import Frame
 from .fields import AGE_LABELS, PLAIN, Style, share, short_run
+from .words import counted
 
 __all__ = ["frame_lines", "frame_view", "sparkline"]
 
@@ -102,19 +103,19 @@ def frame_lines(
         if f.age.tokens:
             pairs = zip(AGE_LABELS, AGE_BUCKETS, strict=True)
             shares = [f"{label} {f.age.share(a):.1%}" for label, a in pairs]
-            rows.append(("token age", "  ".join(shares) + f"  of {f.age.tokens:,} tokens"))
+            rows.append(("token age", "  ".join(shares) + f"  of {counted(f.age.tokens, 'token')}"))
     flight = (
-        f"{_n(f.attempts_in_flight, 'attempt')} · {_n(f.groups_in_flight, 'group')} "
+        f"{counted(f.attempts_in_flight, 'attempt')} · {counted(f.groups_in_flight, 'group')} "
         f"({f.groups_sealed:,} sealed, not yet trained)"
     )
     rows.append(("in flight", flight))
-    paused = f"{fig['paused_calls']:,} calls paused ({fig['last_paused']:,} by the last)"
+    paused = f"{counted(fig['paused_calls'], 'call')} paused ({fig['last_paused']:,} by the last)"
     refits = f"{fig['refits']:,} · {paused}"
     rows.append(("refits", refits))
     rate = f" · {f.events_per_s:,.0f}/s" if live and f.events_per_s is not None else ""
     rows.append(("events", f"{f.events:,} in {f.lines:,} lines{rate}"))
     problems = (
-        f"{f.skipped:,} lines skipped · {f.step_warnings:,} step warnings · "
+        f"{counted(f.skipped, 'line')} skipped · {counted(f.step_warnings, 'step warning')} · "
         f"{fig['trace_events_dropped']:,} trace events dropped"
     )
     rows.append(("problems", problems))
@@ -141,8 +142,8 @@ def _cost_lines(f: Frame, style: Style) -> list[tuple[str, str]]:
     b = c.boundaries[-1]
     last = (
         f"last: run {short_run(b.old_run, style)} → {short_run(b.new_run, style)}, "
-        f"{b.downtime_s:,.2f} s down, {_n(b.attempts_in_flight, 'attempt')} and "
-        f"{_n(b.groups_in_flight + b.sealed_groups_untrained, 'group')} in flight, "
+        f"{b.downtime_s:,.2f} s down, {counted(b.attempts_in_flight, 'attempt')} and "
+        f"{counted(b.groups_in_flight + b.sealed_groups_untrained, 'group')} in flight, "
         f"{b.tokens_at_risk:,} tokens at risk; steps trained again: {b.steps_retrained:,}"
     )
     if b.catch_up_s is not None:
@@ -157,11 +158,6 @@ def _cost_lines(f: Frame, style: Style) -> list[tuple[str, str]]:
         f"{wasted:,} wasted ({share(wasted, c.tokens_generated)}) · {c.tokens_pending:,} pending"
     )
     return [("stops", f"{len(c.boundaries):,} so far · {last}"), ("", tokens)]
-
-
-def _n(count: int, noun: str) -> str:
-    """``1 attempt``, ``2 attempts``."""
-    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 def _clip(text: str, width: int = 110) -> str:

@@ -110,7 +110,7 @@ def _q(summary: dict[str, Any], unit: str = "", digits: int = 0) -> str:
 def write_staleness(record: dict[str, Any], out: TextIO, style: Style = PLAIN) -> None:
     """``staleness``: token age per step and run, length bias, repeat waste."""
     whole = record["file"]
-    out.write(f"token age, whole file ({whole['tokens']:,} trained tokens)\n")
+    out.write(f"token age, whole file ({counted(whole['tokens'], 'trained token')})\n")
     out.write(f"  p50 / p90 / max: {_q(whole)} updates\n")
     for age, n in whole["age_tokens"].items():
         out.write(f"  age {age:>3}: {n:>12,} tokens  {share(n, whole['tokens']):>6}\n")
