@@ -165,17 +165,22 @@ def test_log_to_backfills_the_same_values(demo: Path, tmp_path: Path) -> None:
     assert_equals_file(tensorboard_runs(tmp_path / "tb"), log, float32=True)
 
 
-def test_log_to_refuses_runs_a_tracker_already_holds(demo_trace: Path, tmp_path: Path) -> None:
-    """A second ``log-to`` of the same file is refused in one line naming the runs, and
-    leaves TensorBoard and MLflow as they were (read back with their own readers);
-    ``--again`` logs the second copy."""
+def test_log_to_leaves_out_runs_a_tracker_already_holds(demo_trace: Path, tmp_path: Path) -> None:
+    """A second ``log-to`` of the same file logs nothing again into TensorBoard and MLflow
+    (read back with their own readers), saying so; a run appended since (a resume) is
+    logged alone; ``--again`` logs the second copy."""
     from mlflow.tracking import MlflowClient
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     spec = f"tensorboard:{tmp_path / 'tb'},mlflow:{uri}"
+    log = tmp_path / "run" / "rollout_trace.jsonl"
+    log.parent.mkdir()
+    lines = demo_trace.read_bytes().splitlines(keepends=True)
+    starts = [n for n, line in enumerate(lines) if b'"run.start"' in line]
+    log.write_bytes(b"".join(lines[: starts[-1]]))  # the first two runs
 
     def log_to(*extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*CLI, "log-to", spec, str(demo_trace), *extra],
+        return subprocess.run([*CLI, "log-to", spec, str(log), *extra],
                               capture_output=True, text=True, cwd=tmp_path,
                               env=tracker_env(tmp_path, ""), timeout=120)  # fmt: skip
 
@@ -188,11 +193,15 @@ def test_log_to_refuses_runs_a_tracker_already_holds(demo_trace: Path, tmp_path:
 
     assert log_to().returncode == 0
     first = stored()
-    assert first[:2] == (3, 3)
+    assert first[:2] == (2, 2)
     again = log_to()
-    assert again.returncode == 2 and "Traceback" not in again.stderr
-    assert "already holds 3 runs of this file" in again.stderr and "--again" in again.stderr
+    assert again.returncode == 0 and "Traceback" not in again.stderr
+    assert again.stderr.count("already holds 2 runs of this file") == 2  # each tracker says
     assert stored() == first
+    log.write_bytes(demo_trace.read_bytes())  # the third run, resumed into the file
+    assert log_to().returncode == 0
+    third = stored()
+    assert third[:2] == (3, 3) and {k: v for k, v in third[2].items() if k in first[2]} == first[2]
     assert log_to("--again").returncode == 0
     assert stored()[:2] == (6, 6)
 

@@ -43,8 +43,8 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--again",
         action="store_true",
-        help="log runs the tracker already holds a run of (by default they are refused: "
-        "a second copy doubles every series)",
+        help="log runs the tracker already holds a run of too (by default they are left "
+        "out: a second copy doubles every series)",
     )
     parser.add_argument(
         "--timeout",
@@ -70,10 +70,11 @@ def run(args: argparse.Namespace) -> int:
         problem = missing_extra(spec.kind)
         if problem is not None:
             raise CliError(problem)
-    if not args.again:
-        _refuse_logged_runs(specs, args.file)
+    held = [] if args.again else _held_runs(specs, args.file)
     reader = trace_reader(args.file, validate=True)
-    hub = TrackerHub(list(specs), reader.path, backfill=True, wait=args.timeout, start=0)
+    hub = TrackerHub(
+        list(specs), reader.path, backfill=True, wait=args.timeout, start=0, held=held
+    )
     started = time.monotonic()
     events = 0
     runs: dict[str, None] = {}
@@ -106,26 +107,32 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _refuse_logged_runs(specs: Sequence[Any], path: str) -> None:
-    """Refuse, naming them, the file's runs a tracker already holds (a second log-to, or a
-    backfill of a run whose trackers were on): their series would be doubled."""
+def _held_runs(specs: Sequence[Any], path: str) -> list[list[str]]:
+    """For each spec, the file's runs its tracker already holds (a second log-to, or a
+    backfill of a run whose trackers were on), said on stderr: they are left out, since a
+    second copy would double every series; the file's other runs (a resumed one, say) are
+    logged."""
     from ..trackers._sinks import LOOKED_UP, already_logged
 
     looked_up = [spec for spec in specs if spec.kind in LOOKED_UP]
     if not looked_up:
-        return
+        return []
     # Its run IDs, quietly: the read that logs the file warns about its bad lines.
     starts = trace_reader(path, kinds={"run.start"}, progress=False, on_skip=lambda *_: None)
     run_ids = list(dict.fromkeys(str(e["run_id"]) for e in starts))
-    for spec in looked_up:
+    held: list[list[str]] = []
+    for spec in specs:
         try:
             logged = already_logged(spec, run_ids)
-        except Exception as exc:  # the store cannot be read: logging will say so again
+        except Exception as exc:  # the store cannot be read: logging would fail too
             raise CliError(f"cannot look into {spec}: {exc}") from None
+        held.append(logged)
         if logged:
             more = f" and {len(logged) - 3} more" if len(logged) > 3 else ""
             shown = ", ".join(logged[:3]) + more
-            raise CliError(
-                f"{spec} already holds {counted(len(logged), 'run')} of this file ({shown}); "
-                "logging again would double every series: pass --again to do it anyway"
+            print(
+                f"{spec} already holds {counted(len(logged), 'run')} of this file ({shown}): "
+                "not logged again (a second copy doubles every series; --again logs them)",
+                file=sys.stderr,
             )
+    return held

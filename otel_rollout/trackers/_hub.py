@@ -16,7 +16,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from queue import Empty, Full, Queue
 from typing import Any
@@ -42,9 +42,13 @@ FLUSH_INTERVAL = 1.0
 class Worker:
     """One tracker's thread: opens a sink per trace run, logs its rows, flushes, closes."""
 
-    def __init__(self, name: str, open_sink: Callable[[str], Sink]) -> None:
+    def __init__(
+        self, name: str, open_sink: Callable[[str], Sink], held: Collection[str] = ()
+    ) -> None:
         self.name = name
         self._open = open_sink
+        #: Trace runs this tracker already holds a run of (a backfill leaves them out).
+        self.held = frozenset(held)
         self._queue: Queue[Any] = Queue(maxsize=WORKER_QUEUE)
         self._sinks: dict[str, Sink | None] = {}  # None: the run's sink could not be made
         self.logged = self.dropped = self.failed = 0
@@ -194,13 +198,15 @@ class TrackerHub:
         backfill: bool = False,
         wait: float = 120.0,
         start: int | None = None,
+        held: Sequence[Collection[str]] = (),
     ) -> None:
         # A finished file: wait for a slow tracker rather than drop, up to ``wait`` seconds a put
         self._wait = wait if backfill else 0.0
+        held = list(held) + [()] * (len(targets) - len(held))
         self.workers = [
             Worker(f"{kind_of(t)}{':' + str(t.target) if getattr(t, 'target', None) else ''}",
-                   opener(t))
-            for t in targets
+                   opener(t), runs)
+            for t, runs in zip(targets, held, strict=True)
         ]  # fmt: skip
         self._builder = RowBuilder(path, start)
         self._inbox: Queue[Any] = Queue()  # bounded by INBOX_EVENTS, counted in export
@@ -296,7 +302,8 @@ class TrackerHub:
         self.rows += len(rows)
         for run_id, step, values in rows:
             for worker in self.workers:
-                worker.put(("row", run_id, step, values), self._wait)
+                if run_id not in worker.held:
+                    worker.put(("row", run_id, step, values), self._wait)
 
     def _run(self) -> None:
         builder = self._builder
@@ -314,7 +321,8 @@ class TrackerHub:
                 else:
                     self._fan_out(builder.end_run(item[1]))
                     for worker in self.workers:
-                        worker.put(("end", item[1]))
+                        if item[1] not in worker.held:
+                            worker.put(("end", item[1]))
             except Exception:  # never let the hub die: the next batch may be fine
                 self._internal_error()
         try:
