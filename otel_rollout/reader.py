@@ -327,7 +327,7 @@ class EventReader:
                 return ((events, lineno + 1) if whole_numbered else events), newlines
         if pattern is None:
             found, newlines = None, chunk.count(b"\n", start, end)
-        else:  # the lines that may hold a wanted kind, and the newlines, in one pass
+        else:  # the lines that may hold a wanted kind, and the newlines (in C, if built)
             found, newlines = scan(chunk, start, end, pattern, lineno == 0)
         if whole_numbered and found is not None:
             # Found lines of a few kinds: their line numbers are worked out only
