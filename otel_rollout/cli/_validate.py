@@ -126,7 +126,7 @@ def _aside(invalid: int, unknown: int) -> str:
     if invalid:
         parts.append(f"{counted(invalid, 'invalid line')} skipped by readers")
     if unknown:
-        parts.append(f"{unknown:,} of unknown kind{'' if unknown == 1 else 's'} passed over")
+        parts.append(f"{counted(unknown, 'of unknown kind')} passed over")
     return f" ({'; '.join(parts)})" if parts else ""
 
 

@@ -252,14 +252,19 @@ _MAKERS: dict[str, Callable[[Spec, str], Sink]] = {
 }
 
 
-#: The trackers whose runs can be looked up (W&B's offline runs cannot).
-LOOKED_UP = frozenset({"tensorboard", "mlflow"})
+#: How each tracker whose runs can be looked up finds them (W&B's offline runs cannot).
+_LOGGED: dict[str, Callable[[Spec, Sequence[str]], list[str]]] = {
+    "tensorboard": TensorBoardSink.logged,
+    "mlflow": MlflowSink.logged,
+}
+#: The trackers whose runs can be looked up.
+LOOKED_UP = frozenset(_LOGGED)
 
 
 def already_logged(spec: Spec, run_ids: Sequence[str]) -> list[str]:
     """Those of ``run_ids`` the tracker of ``spec`` already holds a run of (none for a
     tracker not in :data:`LOOKED_UP`)."""
-    check = {"tensorboard": TensorBoardSink.logged, "mlflow": MlflowSink.logged}.get(spec.kind)
+    check = _LOGGED.get(spec.kind)
     return check(spec, run_ids) if check is not None else []
 
 
