@@ -36,8 +36,15 @@ def huge_trace(path: Path) -> Path:
 
 @pytest.mark.parametrize(
     ("n", "expected"),
-    [(5, 5), (2**63 - 1, 2**63 - 1), (2**63, 2.0**63), (-(2**63) - 1, -(2.0**63)),
-     (10**400, math.inf), (-(10**400), -math.inf), (1.5, 1.5)],
+    [
+        (5, 5),
+        (2**63 - 1, 2**63 - 1),
+        (2**63, 2.0**63),
+        (-(2**63) - 1, -(2.0**63)),
+        (10**400, math.inf),
+        (-(10**400), -math.inf),
+        (1.5, 1.5),
+    ],
 )
 def test_metric_value_keeps_64_bits_and_turns_wider_into_floats(n, expected):
     """Within int64 an integer is kept as it is; past it, a float (±inf past a float)."""

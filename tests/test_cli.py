@@ -236,8 +236,12 @@ def test_a_log_directory_reads_as_the_log_inside_it(demo_trace, tmp_path, cli, c
 def test_the_reference_main_reads_a_log_directory(demo_trace, tmp_path):
     """python -m otel_rollout.trace DIR prints what it prints for the log inside DIR."""
     runs = [
-        subprocess.run([sys.executable, "-m", "otel_rollout.trace", str(p)],
-                       capture_output=True, text=True, timeout=60)
+        subprocess.run(
+            [sys.executable, "-m", "otel_rollout.trace", str(p)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         for p in (demo_trace, demo_trace.parent)
     ]
     assert runs[0].returncode == runs[1].returncode == 0

@@ -72,9 +72,7 @@ class TestBoundary:
         assert report.waste == {} and report.tokens_pending == 0
         assert report.steps == 2
 
-    def test_work_carried_into_a_new_group_is_lost_when_the_seal_does_not_add_up(
-        self, two_runs
-    ):
+    def test_work_carried_into_a_new_group_is_lost_when_the_seal_does_not_add_up(self, two_runs):
         """h1's seal naming 170 tokens (not its own 80 plus a10's 100) explains nothing: a10's
         100 stay with g1, lost at the stop."""
         events = [

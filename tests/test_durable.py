@@ -218,9 +218,7 @@ class TestSlowDisk:
         """With every fdatasync held 0.3 s, lines are still written during each sync (the
         writer never waits for the disk), and every line is synced by a later sync."""
         code = PACED.format(seconds=1.5, checkpoint="")
-        _, calls, _ = traced(
-            tmp_path, code, {"OTEL_ROLLOUT_FSYNC_INTERVAL": "0"}, sync_delay=0.3
-        )
+        _, calls, _ = traced(tmp_path, code, {"OTEL_ROLLOUT_FSYNC_INTERVAL": "0"}, sync_delay=0.3)
         ours = log_calls(calls)
         syncs = [c for c in ours if c.name == "fdatasync"]
         writes = [c for c in ours if c.name == "write"]
@@ -311,4 +309,3 @@ class TestFailures:
         assert ok == "True" and syncs == "1"  # a syncer that thought the parent's thread
         # was its own would never sync: the flush would wait out its timeout and say False
         assert len([c for c in calls if c.name == "fdatasync"]) >= 2  # parent's and child's
-

@@ -133,8 +133,16 @@ def traces(draw: st.DrawFn) -> list[dict[str, Any]]:
         for _ in range(draw(st.integers(0, 25))):
             action = draw(
                 st.sampled_from(
-                    ["reserve", "attempt", "attempt", "seal", "discard", "train", "abandon",
-                     "publish"]
+                    [
+                        "reserve",
+                        "attempt",
+                        "attempt",
+                        "seal",
+                        "discard",
+                        "train",
+                        "abandon",
+                        "publish",
+                    ]
                 )
             )
             if action == "reserve" or (not open_groups and action in ("attempt", "abandon")):
@@ -246,8 +254,7 @@ def naive_ledger(events: list[dict[str, Any]]) -> dict[str, Any]:
                 and lot[3] not in gens
                 and owner[lot[0]] != e["run_id"]
                 and (
-                    (lot[0] not in ever_trained and lot[0] not in discarded)
-                    or lot[0] in restorable
+                    (lot[0] not in ever_trained and lot[0] not in discarded) or lot[0] in restorable
                 )
             ]
             if short > 0 and theirs and sum(lot[1] for lot in theirs) == short:

@@ -328,7 +328,6 @@ class TestEventsInMemory:
             assert why is None, why
             assert typed == from_line(orjson.dumps(event))[0]
 
-
     @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
     @pytest.mark.parametrize("field", ["t", "batch_age", "duration_s"])
     def test_a_number_that_is_not_finite_is_refused_as_the_rules_refuse_it(self, field, value):

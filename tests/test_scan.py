@@ -20,7 +20,7 @@ needs_compiled = pytest.mark.skipif(
     reason="the C scanner was not built here (no compiler when the package was installed)",
 )
 
-_NAMES = [b"group.seal", b"train.step", b"seal", b"a", b"ab", b"\"event\""]
+_NAMES = [b"group.seal", b"train.step", b"seal", b"a", b"ab", b'"event"']
 _LINE = st.lists(
     st.one_of(st.sampled_from(_NAMES), st.binary(max_size=12).map(lambda b: b.replace(b"\n", b""))),
     max_size=4,

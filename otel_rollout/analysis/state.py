@@ -29,6 +29,7 @@ __all__ = [
     "never_sealed",
 ]
 
+
 def never_sealed(step: int, group_ids: Iterable[str], sealed: Container[str]) -> str | None:
     """The warning for a ``train.step`` naming groups with no seal before it (``validate``
     and every analysis give the same one), or None."""

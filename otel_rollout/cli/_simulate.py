@@ -97,8 +97,6 @@ def _add_options(
     )
 
 
-
-
 def _fraction(text: str) -> float:
     value = float(text)
     if not 0.0 <= value < 1.0:

@@ -168,9 +168,7 @@ class Telemetry:
         #: The experiment trackers the specs name, fed the same events (the log's runs before
         #: ``start``, the byte this sidecar follows from, are read once for the restore rows);
         #: None without specs or path.
-        self.trackers = (
-            hub_for(chosen.trackers, path, start) if path and chosen.trackers else None
-        )
+        self.trackers = hub_for(chosen.trackers, path, start) if path and chosen.trackers else None
         self.runs: dict[str, _Run] = {}
         self.events = 0
         self._registry = prometheus_registry

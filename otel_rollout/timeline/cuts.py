@@ -122,4 +122,3 @@ def step_start(t: float, duration: float | None, previous: float | None) -> floa
         start = t - duration
         return start if previous is None or start >= previous else previous
     return previous
-

@@ -48,6 +48,7 @@ def __getattr__(name: str) -> Any:
 
     return getattr(importlib.import_module(f"{__name__}.{module}"), name)
 
+
 __all__ = [
     "KINDS",
     "RESTORE_METRICS",
