@@ -247,3 +247,29 @@ def test_a_backfill_into_a_hung_tracker_gives_up_after_its_timeout(tmp_path, mon
         assert counts["tracker_rows_dropped"] > 0 and counts["trackers_hung"] == 1
     finally:
         release.set()
+
+
+def test_log_to_an_mlflow_server_that_never_answers_ends_at_its_timeout(tmp_path) -> None:
+    """Looking up the runs an MLflow server already holds waits ``--timeout`` seconds, then
+    says which server gave no answer: one line, no traceback, the command ended."""
+    import subprocess
+    import sys
+
+    from otel_rollout.testing import TraceBuilder
+
+    b = TraceBuilder("r")
+    b.sealed_group("g0", {0: 5})
+    b.step(0, 1, ["g0"])
+    path = b.write(tmp_path / "rollout_trace.jsonl")
+    hole = BlackHole()
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "otel_rollout", "log-to", f"mlflow:{hole.endpoint}", str(path),
+         "--timeout", "2"],
+        capture_output=True, text=True, timeout=120, env=clean_env(),
+    )  # fmt: skip
+    took = time.monotonic() - started
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert f"no answer from mlflow:{hole.endpoint} in 2 s" in done.stderr
+    assert hole.connections >= 1  # it did ask the server
+    assert took < 60  # the client's own retries run for minutes

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from functools import partial
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..render.words import counted
@@ -70,11 +72,9 @@ def run(args: argparse.Namespace) -> int:
         problem = missing_extra(spec.kind)
         if problem is not None:
             raise CliError(problem)
-    held = [] if args.again else _held_runs(specs, args.file)
+    held = [] if args.again else _held_runs(specs, args.file, args.timeout)
     reader = trace_reader(args.file, validate=True)
-    hub = TrackerHub(
-        list(specs), reader.path, backfill=True, wait=args.timeout, start=0, held=held
-    )
+    hub = TrackerHub(list(specs), reader.path, backfill=True, wait=args.timeout, start=0, held=held)
     started = time.monotonic()
     events = 0
     runs: dict[str, None] = {}
@@ -107,11 +107,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _held_runs(specs: Sequence[Any], path: str) -> list[list[str]]:
+def _held_runs(specs: Sequence[Any], path: str, timeout: float) -> list[list[str]]:
     """For each spec, the file's runs its tracker already holds (a second log-to, or a
     backfill of a run whose trackers were on), said on stderr: they are left out, since a
     second copy would double every series; the file's other runs (a resumed one, say) are
-    logged."""
+    logged.  A store that gives no answer within ``timeout`` seconds is an error (an MLflow
+    server that accepts and never answers held the command for its client's ~10 minutes of
+    retries)."""
     from ..trackers._sinks import LOOKED_UP, already_logged
 
     looked_up = [spec for spec in specs if spec.kind in LOOKED_UP]
@@ -122,10 +124,7 @@ def _held_runs(specs: Sequence[Any], path: str) -> list[list[str]]:
     run_ids = list(dict.fromkeys(str(e["run_id"]) for e in starts))
     held: list[list[str]] = []
     for spec in specs:
-        try:
-            logged = already_logged(spec, run_ids)
-        except Exception as exc:  # the store cannot be read: logging would fail too
-            raise CliError(f"cannot look into {spec}: {exc}") from None
+        logged = _within(timeout, spec, partial(already_logged, spec, run_ids))
         held.append(logged)
         if logged:
             more = f" and {len(logged) - 3} more" if len(logged) > 3 else ""
@@ -136,3 +135,28 @@ def _held_runs(specs: Sequence[Any], path: str) -> list[list[str]]:
                 file=sys.stderr,
             )
     return held
+
+
+def _within(timeout: float, spec: Any, look: Callable[[], list[str]]) -> list[str]:
+    """``look()`` on a thread of its own, waited for ``timeout`` seconds (a daemon: one
+    stuck in a store's retries does not hold the exit)."""
+    answer: list[Any] = []
+
+    def run() -> None:
+        try:
+            answer.append(look())
+        except Exception as exc:  # the store cannot be read: logging would fail too
+            answer.append(exc)
+
+    thread = threading.Thread(target=run, name="otel-rollout-lookup", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if not answer:
+        raise CliError(
+            f"no answer from {spec} in {timeout:g} s while looking for the runs it already "
+            "holds (--timeout waits longer; --again logs without looking)"
+        )
+    if isinstance(answer[0], Exception):
+        raise CliError(f"cannot look into {spec}: {answer[0]}")
+    found: list[str] = answer[0]
+    return found
