@@ -7,8 +7,8 @@ import argparse
 import sys
 import threading
 import time
-from functools import partial
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from ..render.words import counted
