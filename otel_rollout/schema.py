@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import reprlib
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -91,7 +92,14 @@ def _tokens_by_version(v: Any) -> str | None:
     if not isinstance(v, dict):
         return "must be an object of version → tokens"
     for key, n in v.items():
-        if not (key.isdigit() and key.isascii() and (key[0] != "0" or key == "0")):
+        if _is_int(key) and key >= 0:  # a dict made in Python: its versions as ints
+            pass
+        elif not (
+            isinstance(key, str)
+            and key.isdigit()
+            and key.isascii()
+            and (key[0] != "0" or key == "0")
+        ):
             return f"key {key!r} must be a version as a decimal string (no leading zeros)"
         if not (_is_int(n) and n >= 0):
             return f"tokens for version {key} must be an integer ≥ 0"
@@ -160,6 +168,14 @@ STRINGS = FieldType(
         isinstance(v, list) and all(isinstance(s, str) for s in v), "a list of strings"
     ),
     {"type": "array", "items": {"type": "string"}},
+    list[str],
+)
+#: A step's groups: the rule that none is named twice is train.step's (``_distinct``), so
+#: that typed readers apply it too; JSON Schema says it as ``uniqueItems``.
+DISTINCT_STRINGS = FieldType(
+    "list of distinct strings",
+    STRINGS.check,
+    {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
     list[str],
 )
 OBJECT = FieldType(
@@ -249,6 +265,17 @@ def _seal_sums(tokens: int, by_version: Mapping[Any, int] | None) -> str | None:
     )
 
 
+def _distinct(group_ids: list[str]) -> str | None:
+    """A step trains each of its groups once (a group named twice would count its tokens
+    twice in the step's batch age and the ledger's trained)."""
+    if len(set(group_ids)) == len(group_ids):
+        return None
+    counts = Counter(group_ids)
+    twice = [g for g, n in counts.items() if n > 1]
+    shown = ", ".join(twice[:5]) + (f" and {len(twice) - 5} more" if len(twice) > 5 else "")
+    return f"group_ids names {shown} more than once"
+
+
 COMMON_FIELDS: Mapping[str, FieldType] = {"t": NUMBER, "run_id": ID, "event": ID}
 
 _GROUP = {"group_id": ID, "prompt_id": INT}
@@ -309,8 +336,10 @@ EVENTS: Mapping[str, EventKind] = {
     ),
     "train.step": EventKind(
         "One optimizer step; trained_version is the policy version the step updates.",
-        {"step": COUNT, "trained_version": VERSION, "group_ids": STRINGS},
+        {"step": COUNT, "trained_version": VERSION, "group_ids": DISTINCT_STRINGS},
         {"batch_age": OPTIONAL_NUMBER, "duration_s": SECONDS},
+        _distinct,
+        ("group_ids",),
     ),
     "checkpoint.publish": EventKind(
         "A checkpoint became durable.", {"step": COUNT, "weight_version": VERSION}, {"path": STRING}

@@ -228,7 +228,9 @@ class TestBatchAgeByStep:
         groups=st.lists(st.one_of(st.none(), _counts), min_size=1, max_size=8),
         steps=st.lists(
             st.tuples(
-                st.integers(0, 5), st.integers(0, 40), st.lists(st.integers(0, 7), max_size=4)
+                st.integers(0, 5),
+                st.integers(0, 40),
+                st.lists(st.integers(0, 7), max_size=4, unique=True),
             ),
             min_size=1,
             max_size=10,
@@ -244,7 +246,9 @@ class TestBatchAgeByStep:
         for n, (step, trained, members) in enumerate(steps):
             if n == len(steps) // 2:
                 b.new_run("run-2")
-            ids = [f"g{m % len(groups)}" for m in members]
+            ids = list(
+                dict.fromkeys(f"g{m % len(groups)}" for m in members)
+            )  # a step names a group once
             per_group: dict[str, list] = {}
             for gid in ids:
                 counts = groups[int(gid[1:])]
