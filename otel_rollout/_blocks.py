@@ -58,8 +58,10 @@ def python_scan(
 
 
 def kind_pattern(kinds: frozenset[str]) -> tuple[bytes, ...]:
-    """What a line of one of ``kinds`` must contain: the kind's name, as bytes."""
-    return tuple(k.encode() for k in sorted(kinds))
+    """What a line of one of ``kinds`` may contain: the kind's name, as bytes, or a backslash
+    (a name written with a JSON escape, ``"group\\u002eseal"``, holds one; the caller
+    confirms the kind after parsing)."""
+    return (*(k.encode() for k in sorted(kinds)), b"\\")
 
 
 def matching_lines(

@@ -324,8 +324,8 @@ class LiveBatchAge:
 
     def observe(self, event: dict[str, Any]) -> StepAge | None:
         kind = event.get("event")
-        if kind not in _LIVE_KINDS:
-            return None
+        if kind.__class__ is str and kind not in _LIVE_KINDS:
+            return None  # (an event that is no string is reported below)
         typed, problem = from_object(event)
         if typed is None:
             if problem is not None:

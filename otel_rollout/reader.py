@@ -191,19 +191,23 @@ class EventReader:
         newline made ``],\n[``): the decoder then proves that every line holds exactly one
         value, and a line that does not (blank, two events, an object or a string cut
         across lines: a raw newline is no JSON string's) sends the block line by line.  The
-        block's line count is its events', with no newline count: as many instructions
-        as counting newlines and decoding the lines as a stream (callgrind, 60k lines),
-        which took two values on one line.
+        block's line count is its events' once the newlines are counted to match: a line
+        holding ``{...}],[{...}`` (no JSON value) would otherwise make two rows.
         """
         body = chunk[start : end - 1].replace(b"\n", b"],\n[")
         array = b"".join((b"[[", body, b"]]"))
         try:
-            if self._typed is events.DECODER and not array.isascii():
-                events.check_utf8(array)  # as a plain parse would (see events.decode)
+            if self._typed is events.DECODER:
+                if not array.isascii():
+                    events.check_utf8(array)  # as a plain parse would (see events.decode)
+                if not events.fast_path_agrees(array):
+                    return None
             assert self._typed_lines is not None  # only called when typed
             lines = self._typed_lines.decode(array)
         except _TYPED_ERRORS:
             return None
+        if len(lines) != chunk.count(b"\n", start, end):
+            return None  # a line with "],[" in it made two rows: it is no event
         decoded = [line[0] for line in lines]
         if self.first_line_is_event is None and decoded:
             self.first_line_is_event = True

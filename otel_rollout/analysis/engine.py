@@ -218,11 +218,12 @@ def run_events(
 
 def _checked(
     stream: Iterable[Any], kinds: frozenset[str] | None, on_warning: OnWarning
-) -> Iterator[tuple[list[Any], int]]:
-    """Events in memory as typed events, checked as a file's lines are, in batches;
-    dicts of kinds no analysis reads are passed over unchecked, as a file's lines are."""
+) -> Iterator[tuple[list[Any], list[int]]]:
+    """Events in memory as typed events, checked as a file's lines are, in batches with
+    each event's number; dicts of kinds no analysis reads are passed over unchecked, as
+    a file's lines are."""
     batch: list[Any] = []
-    first = 1
+    numbers: list[int] = []
     n = 0
     types = tuple(events.EVENT_TYPES.values())
     for value in stream:
@@ -230,21 +231,19 @@ def _checked(
         if value.__class__ is not dict and isinstance(value, types):
             event: Any = value
         else:
-            if kinds is not None and value.__class__ is dict and value.get("event") not in kinds:
-                continue
+            if kinds is not None and value.__class__ is dict:
+                kind = value.get("event")
+                if kind.__class__ is str and kind not in kinds:
+                    continue  # not a kind read (one that is no string is reported)
             event, why = events.from_object(value)
             if event is None:
                 if why is not None:
                     on_warning(f"event {n}", f"{why}; skipped")
-                if batch:
-                    yield batch, first
-                    batch = []
-                first = n + 1
                 continue
         batch.append(event)
+        numbers.append(n)
         if len(batch) >= 1024:
-            yield batch, first
-            batch = []
-            first = n + 1
+            yield batch, numbers
+            batch, numbers = [], []
     if batch:
-        yield batch, first
+        yield batch, numbers

@@ -1,0 +1,146 @@
+"""Odd but possible lines read alike by every path: ``validate``, the file readers (whole
+blocks, line by line, lines found by kind in C or Python) and dicts in memory."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from otel_rollout import _blocks
+from otel_rollout.age import LiveBatchAge
+from otel_rollout.cost import analyze_file
+from otel_rollout.reader import EventReader, read_events
+from otel_rollout.trace import batch_age_by_step
+
+START = {"t": 1.0, "run_id": "r1", "event": "run.start", "schema": 1, "pid": 1}
+
+
+def seal(group: str, counts: dict[str, int], t: float = 5.0) -> dict:
+    total = sum(counts.values())
+    return {"t": t, "run_id": "r1", "event": "group.seal", "group_id": group, "prompt_id": 1,
+            "tokens": total, "tokens_by_version": counts}  # fmt: skip
+
+
+def step(n: int, groups: list[str], t: float = 6.0) -> dict:
+    return {"t": t, "run_id": "r1", "event": "train.step", "step": n, "trained_version": 2,
+            "group_ids": groups}  # fmt: skip
+
+
+def write(path: Path, lines: list[bytes]) -> Path:
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    return path
+
+
+def validate(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "otel_rollout", "validate", str(path)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+@pytest.fixture(params=["C", "Python"])
+def scanner(request, monkeypatch):
+    """Lines found by kind with the compiled scan (if built) and with the Python one."""
+    if request.param == "Python":
+        monkeypatch.setattr(_blocks, "_compiled_scan", None)
+    elif _blocks._compiled_scan is None:
+        pytest.skip("the C scan is not built")
+    return request.param
+
+
+def test_a_kind_written_with_an_escape_is_read_by_every_path(tmp_path, scanner) -> None:
+    """``"group\\u002eseal"`` is a group.seal: reading by kind finds it as reading all does."""
+    line = orjson.dumps(seal("g1", {"0": 10})).replace(b"group.seal", b"group\\u002eseal")
+    path = write(tmp_path / "t.jsonl", [orjson.dumps(START), line, orjson.dumps(step(1, ["g1"]))])
+    assert batch_age_by_step(read_events(path)) == {1: 2.0}  # read by kind
+    assert batch_age_by_step(list(read_events(path))) == {1: 2.0}  # every line
+    assert validate(path).returncode == 0
+
+
+def test_a_line_holding_two_rows_is_skipped_in_a_whole_block(tmp_path) -> None:
+    """A line ``{...}],[{...}`` is no JSON value: skipped in a block decoded at once too, and
+    the lines after it keep their numbers."""
+    steps = [orjson.dumps(step(n, [])) for n in range(3000)]  # several 128 KB blocks
+    steps[1] = steps[1] + b"],[" + orjson.dumps(step(99_999, []))
+    path = write(tmp_path / "t.jsonl", [orjson.dumps(START), *steps])
+    skipped: list[tuple[int, str]] = []
+    reader = EventReader(path, typed=True, on_skip=lambda n, why: skipped.append((n, why)))
+    numbered = []
+    for batch, where in reader.numbered_batches():
+        numbers = range(where, where + len(batch)) if isinstance(where, int) else where
+        numbered += zip(numbers, batch, strict=True)
+    assert [n for n, _ in skipped] == [3] and "trailing characters" in skipped[0][1]
+    assert reader.lines == 3001
+    assert all(getattr(e, "step", None) != 99_999 for _, e in numbered)
+    assert numbered[-1][0] == 3001 and numbered[-1][1].step == 2999
+    assert "line 3" in validate(path).stdout.replace(":3:", "line 3")
+
+
+@pytest.mark.parametrize("key", [b'"-0"', b'"\\u002d0"'])
+def test_a_signed_version_key_is_skipped_by_every_reader(tmp_path, scanner, key) -> None:
+    """A version key ``"-0"`` (msgspec alone would read it as 0) is an error to ``validate``
+    and skipped by every reader, however the minus is written."""
+    line = orjson.dumps(seal("g1", {"0": 10})).replace(b'"0"', key)
+    path = write(tmp_path / "t.jsonl", [orjson.dumps(START), line, orjson.dumps(step(1, ["g1"]))])
+    assert validate(path).returncode == 1
+    assert batch_age_by_step(read_events(path)) == {}  # read by kind
+    assert batch_age_by_step(list(read_events(path))) == {}  # every line, as dicts
+    typed = [e.event for batch in EventReader(path, typed=True).batches() for e in batch]
+    assert typed == ["run.start", "train.step"]  # every line, typed
+
+
+def test_a_step_naming_a_group_twice_is_an_error_everywhere(tmp_path) -> None:
+    """A step naming a group twice would count its tokens twice: ``validate`` calls it an
+    error, every reader skips it, and the ledger still balances."""
+    attempt = {"run_id": "r1", "attempt_id": "a1", "group_id": "g1", "prompt_id": 1,
+               "generation_index": 0}  # fmt: skip
+    lines = [
+        START,
+        {"t": 2.0, "event": "attempt.dispatch", "weight_version": 0, **attempt},
+        {"t": 3.0, "event": "attempt.seal", "tokens": 10, **attempt},
+        seal("g1", {"0": 10}),
+        step(1, ["g1", "g1"]),
+    ]
+    path = write(tmp_path / "t.jsonl", [orjson.dumps(e) for e in lines])
+    checked = validate(path)
+    assert checked.returncode == 1 and "group_ids names g1 more than once" in checked.stdout
+    assert batch_age_by_step(read_events(path)) == {}
+    assert batch_age_by_step(lines) == {}
+    ledger = analyze_file(path).ledger
+    assert ledger["generated"] == ledger["pending"] == 10 and ledger["trained"] == 0
+
+
+def test_dicts_in_memory_take_int_version_keys_and_report_a_bad_kind() -> None:
+    """Int version keys (what a refit's cuts give) are read; a kind that is no string is
+    reported as ``event N``, never raised."""
+    assert batch_age_by_step([seal("g1", {1: 5}), step(0, ["g1"])]) == {0: 1.0}  # type: ignore[dict-item]
+    said: list[tuple[object, str]] = []
+    assert (
+        batch_age_by_step(
+            [{**START, "event": ["x"]}], on_malformed=lambda e, p: said.append((e, p))
+        )
+        == {}
+    )
+    assert said == [
+        ({"where": "event 1"}, "field 'event' must be a non-empty string (got [\"x\"]); skipped")
+    ]
+    live: list[str] = []
+    watcher = LiveBatchAge(on_malformed=lambda e, p: live.append(p))
+    watcher.observe({**START, "event": ["x"]})
+    assert live and "field 'event'" in live[0]
+    watcher.observe(seal("g1", {1: 5}))  # type: ignore[dict-item]
+    assert watcher.observe(step(0, ["g1"])) is not None
+
+
+def test_events_in_memory_are_numbered_past_the_kinds_not_read() -> None:
+    """A warning names the event by its place in the whole list, counting the events of
+    kinds batch age does not read."""
+    reserve = {"t": 2.0, "run_id": "r1", "event": "group.reserve", "group_id": "g", "prompt_id": 1,
+               "size": 1, "weight_version": 0}  # fmt: skip
+    said: list[object] = []
+    batch_age_by_step([START, reserve, step(0, ["zz"])], on_malformed=lambda e, p: said.append(e))
+    assert said == [{"where": "event 3"}]
