@@ -4,6 +4,7 @@ histograms, and rates by length decile (the long-rollout starvation ratio)."""
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,7 +27,11 @@ def weighted_quantile(histogram: Mapping[int, int], q: float) -> int | None:
     total = sum(histogram.values())
     if not total:
         return None
-    need, seen = q * total, 0
+    try:
+        need: float | Fraction = q * total
+    except OverflowError:  # tokens past a float's range (an integer of any size is valid)
+        need = Fraction(q) * total
+    seen = 0
     for value in sorted(histogram):
         seen += histogram[value]
         if seen >= need:

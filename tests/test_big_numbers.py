@@ -116,3 +116,45 @@ def test_metrics_leave_out_values_past_a_float_without_a_warning_each(caplog):
     }
     assert points["rollout.step"] == [0] and points["rollout.refits"] == [1]
     provider.shutdown()
+
+
+def test_tokens_past_a_float_are_read_by_every_text_and_json_view(tmp_path, cli):
+    """A group of 10**400 tokens (valid) gives batch age, staleness and cost, text and JSON,
+    with the exact token count and no traceback."""
+    huge = 10**400
+    b = TraceBuilder(run_id="r1")
+    ids = {"attempt_id": "a1", "group_id": "g1", "prompt_id": 1, "generation_index": 0}
+    b.event("attempt.dispatch", weight_version=0, **ids)
+    b.event("attempt.seal", tokens=huge, **ids)
+    b.event("group.seal", group_id="g1", prompt_id=1, tokens=huge, tokens_by_version={"0": huge})
+    b.event("train.step", step=1, trained_version=2, group_ids=["g1"])
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in b.events))
+    for command in ("batch-age", "staleness", "cost"):
+        for form in ((), ("--json",)):
+            proc = cli(command, *form, str(path))
+            assert proc.returncode == 0 and "Traceback" not in proc.stderr, (command, proc.stderr)
+            assert f"{huge:,}" in proc.stdout or str(huge) in proc.stdout, command
+    assert "mean batch age 2.0000" in cli("batch-age", str(path)).stdout
+    staleness = json.loads(cli("staleness", "--json", str(path)).stdout)
+    assert staleness["file"]["p50"] == 2 and staleness["file"]["tokens"] == huge
+
+
+def test_times_past_a_float_in_microseconds_are_drawn_at_a_bound(tmp_path, cli):
+    """A ``t`` or ``duration_s`` of 1e303 (valid) puts the timeline's slices at a bound
+    instead of raising; the file is still a trace-event document."""
+    b = TraceBuilder(run_id="r1")
+    b.event("weights.sync", replaced_version=0, new_version=1, duration_s=1e303)
+    ids = {"attempt_id": "a1", "group_id": "g1", "prompt_id": 1, "generation_index": 0}
+    b.event("attempt.dispatch", weight_version=0, **ids)
+    b.events.append({**b.events[-1], "t": 1.7e308, "event": "attempt.seal", "tokens": 3})
+    del b.events[-1]["weight_version"]
+    b.event("train.step", step=1, trained_version=2, group_ids=[], t=1e303)
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in b.events))
+    proc = cli("timeline", str(path), "-o", str(tmp_path / "t.json"))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    doc = json.loads((tmp_path / "t.json").read_text())
+    times = [e["ts"] for e in doc["traceEvents"] if e["ph"] != "M"]
+    assert times and all(abs(ts) <= 10**18 for ts in times)
+    assert any(e["ph"] == "X" and e["cat"] == "attempt" for e in doc["traceEvents"])

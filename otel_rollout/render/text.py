@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -51,7 +52,10 @@ def write_steps(rows: Sequence[StepAge], out: TextIO, style: Style = PLAIN) -> N
     tokens = sum(r.tokens for r in aged)
     if aged and tokens:
         ages = [(float(r.batch_age), r.tokens) for r in aged if r.batch_age is not None]
-        mean = sum(age * n for age, n in ages) / tokens
+        try:
+            mean = sum(age * n for age, n in ages) / tokens
+        except OverflowError:  # tokens past a float's range: exact, then rounded
+            mean = float(sum(Fraction(age) * n for age, n in ages) / tokens)
         top = max(age for age, _ in ages)
         out.write(
             f"{counted(len(rows), 'step')}, {len(aged):,} with token counts; "

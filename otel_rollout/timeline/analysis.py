@@ -39,6 +39,16 @@ from .trace_events import (
 __all__ = ["Timeline", "TimelineSummary"]
 
 _RESUME: Any = EVENT_TYPES["attempt.resume"]
+#: Seconds from the file's first event past which a time is drawn at this bound: a valid
+#: but absurd ``t`` or ``duration_s`` (1e303) cannot be made microseconds.
+_FAR = 1e12
+
+
+def micros(seconds: float) -> int:
+    """``seconds`` from the file's start as the trace's whole microseconds (bounded)."""
+    return int(max(-_FAR, min(_FAR, seconds)) * 1e6)
+
+
 _COLOURS = len(PALETTE)
 
 
@@ -174,7 +184,7 @@ class Timeline(Analysis):
                   "args": {"sort_index": tid}})  # fmt: skip
 
     def _us(self, t: float) -> int:
-        return int((t - self._t0) * 1e6)
+        return micros(t - self._t0)
 
     def _in(self, rv: RunView, t: float) -> bool:
         return rv.start <= t <= rv.end
@@ -278,8 +288,11 @@ class Timeline(Analysis):
         start, lane, version = record[0], record[1], record[2]
         heapq.heappush(rv.free, lane)
         t0 = self._t0
-        ts = int((start - t0) * 1e6)
-        end = int((t - t0) * 1e6)
+        try:
+            ts = int((start - t0) * 1e6)
+            end = int((t - t0) * 1e6)
+        except OverflowError:  # a time past a float's range in microseconds
+            ts, end = micros(start - t0), micros(t - t0)
         self._fast += 1
         name = self._names.get(version)
         if name is None:
@@ -374,7 +387,7 @@ class Timeline(Analysis):
             base += f',"resumed_tokens":{resumed}'
 
         def us(t: float) -> int:
-            return int((t - t0) * 1e6)
+            return micros(t - t0)
 
         if seen == rv.refit_count:  # no refit while it ran: one slice
             name = f"v{version}" if outcome == "sealed" else f"v{version} ({js(outcome)})"
