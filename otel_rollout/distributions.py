@@ -4,8 +4,8 @@ histograms, and rates by length decile (the long-rollout starvation ratio)."""
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 from collections.abc import Mapping, Sequence
+from fractions import Fraction
 from typing import Any
 
 __all__ = ["STALE", "deciles", "hist_summary", "quantile", "summary", "weighted_quantile"]

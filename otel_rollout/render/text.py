@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..age import AGE_BUCKETS, StepAge
