@@ -181,10 +181,33 @@ def chunks(
             pieces, held, too_long = [], 0, False
         end = block.rfind(b"\n") + 1
         if end > start:
-            yield block, start, end, False
+            if max_line < _CHUNK:  # a line inside the block may be over the limit too
+                yield from _around_long(block, start, end, max_line, on_long)
+            else:
+                yield block, start, end, False
         tail = block[max(start, end) :]
         if tail:
             pieces, held = [tail], len(tail)
+
+
+def _around_long(
+    block: bytes, start: int, end: int, max_line: int, on_long: Callable[[int], None]
+) -> Iterator[tuple[bytes, int, int, bool]]:
+    """The whole lines of ``block[start:end]`` as blocks around those longer than
+    ``max_line``, each of those passed to ``on_long`` where it stands (a limit shorter
+    than a read: line by line, in Python)."""
+    piece = at = start
+    find = block.find
+    while at < end:
+        stop = find(b"\n", at, end) + 1
+        if stop - at > max_line:
+            if at > piece:
+                yield block, piece, at, False
+            on_long(stop - at)
+            piece = stop
+        at = stop
+    if end > piece:
+        yield block, piece, end, False
 
 
 _GZ_PIECE = 4096  # compressed bytes inflated at a time

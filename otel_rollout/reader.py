@@ -155,6 +155,8 @@ class EventReader:
             event, why = events.from_line(line)
             if why is not None:
                 self._skip(lineno, why, torn, line)
+            elif event is None and self.first_line_is_event is None:
+                self.first_line_is_event = True  # an event of a kind this version does not know
             return event
         loads, errors = self._decoder()
         try:
@@ -363,11 +365,10 @@ class EventReader:
         kinds = self.kinds
         first = self.first_line_is_event is None
         if found is None:
-            lines = chunk.split(b"\n")
+            whole = chunk if start == 0 and end == len(chunk) else chunk[start:end]
+            lines = whole.split(b"\n")
             if not final:
-                del lines[-1]  # the piece after ``end``: the next block's
-            if start:
-                del lines[0]  # the piece before ``start``: the last block's
+                del lines[-1]  # after the block's last newline: nothing
             candidates: Iterable[tuple[int, bytes]] = enumerate(lines, before + 1)
             where = None
         else:

@@ -144,3 +144,36 @@ def test_events_in_memory_are_numbered_past_the_kinds_not_read() -> None:
     said: list[object] = []
     batch_age_by_step([START, reserve, step(0, ["zz"])], on_malformed=lambda e, p: said.append(e))
     assert said == [{"where": "event 3"}]
+
+
+def test_a_first_line_of_an_unknown_kind_is_still_a_trace(tmp_path, cli) -> None:
+    """A file from a newer writer, whose first line is a kind this version does not know,
+    is read (``validate`` warns of the kind), not refused as "not a trace file"."""
+    first = {"t": 0.5, "run_id": "r1", "event": "run.meta"}
+    lines = [first, START, seal("g1", {"0": 10}), step(1, ["g1"])]
+    path = write(tmp_path / "t.jsonl", [orjson.dumps(e) for e in lines])
+    for command in ("batch-age", "cost", "staleness"):
+        proc = cli(command, str(path))
+        assert proc.returncode == 0 and "not a trace file" not in proc.stderr, command
+    assert validate(path).returncode == 0
+
+
+@pytest.mark.parametrize("how", ["typed", "dicts", "by kind"])
+def test_a_short_line_limit_skips_every_longer_line_wherever_it_stands(tmp_path, how) -> None:
+    """With a limit shorter than a read, each longer line is skipped with its own number,
+    not only one that crosses a read."""
+    lines = [orjson.dumps(START)]
+    for n in range(4000):  # several reads; every seventh step is long
+        pad = {"pad": "x" * 400} if n % 7 == 3 else {}
+        lines.append(orjson.dumps({**step(n, []), **pad}))
+    path = write(tmp_path / "t.jsonl", lines)
+    long = [i + 1 for i, line in enumerate(lines) if len(line) + 1 > 300]
+    skipped: list[int] = []
+    options = {"typed": {"typed": True}, "dicts": {}, "by kind": {"kinds": {"train.step"}}}[how]
+    reader = EventReader(path, max_line_bytes=300, on_skip=lambda n, why: skipped.append(n),
+                         **options)  # type: ignore[arg-type]  # fmt: skip
+    got = [e["step"] if isinstance(e, dict) else e.step for e in reader if
+           (e["event"] if isinstance(e, dict) else e.event) == "train.step"]  # fmt: skip
+    assert skipped == long and len(long) == len(range(3, 4000, 7))
+    assert got == [n for n in range(4000) if n % 7 != 3]
+    assert reader.lines == len(lines)
