@@ -248,13 +248,17 @@ class _Gunzip:
             return
         try:
             while data:
+                if not self._member_started:
+                    data = data.lstrip(b"\0")  # zeros after a member: padding (gzip's too)
+                    if not data:
+                        break
                 self._member_started = True
                 # In pieces: an error loses only the output of the piece it is found in.
                 piece, data = data[:_GZ_PIECE], data[_GZ_PIECE:]
                 self._pending += self._inflate.decompress(piece)
                 if not self._inflate.eof:
                     continue
-                data = self._inflate.unused_data.lstrip(b"\0") + data  # the next member
+                data = self._inflate.unused_data + data  # the next member, or padding
                 self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
                 self._member_started = False
         except zlib.error as exc:

@@ -123,6 +123,20 @@ class TestReadEvents:
         members.write_bytes(gzip.compress(data[:5000]) + gzip.compress(data[5000:]))
         assert list(read_events(members)) == list(read_events(demo_trace))
 
+    @pytest.mark.parametrize("zeros", [10, 5000, 100_000])
+    def test_zeros_after_a_gzip_member_are_padding(self, demo_trace, tmp_path, zeros):
+        """Zeros after a member (a tape block's padding, which gzip allows) are no damage,
+        however many reads they span, before another member or at the end."""
+        data = demo_trace.read_bytes()
+        cut = data.index(b"\n", 5000) + 1
+        path = tmp_path / "padded.jsonl.gz"
+        path.write_bytes(gzip.compress(data[:cut]) + bytes(zeros) + gzip.compress(data[cut:])
+                         + bytes(zeros))  # fmt: skip
+        skips: list[int] = []
+        reader = EventReader(path, on_skip=lambda n, why: skips.append(n))
+        assert list(reader) == list(read_events(demo_trace)) and skips == []
+        assert reader.lines == data.count(b"\n")
+
     def test_bom_and_crlf(self, tmp_path):
         """A byte-order mark and Windows line ends do not cost any event."""
         b = sample()
