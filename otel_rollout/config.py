@@ -73,7 +73,15 @@ class Setting(Generic[T]):
             raise ValueError(f"{self.env} must be {least}, got {value!r}")
         if number and self.at_least is not None and value < self.at_least:  # type: ignore[operator]  # a number Setting's value
             raise ValueError(f"{self.env} must be at least {self.at_least}, got {value!r}")
+        if isinstance(value, float) and LONGEST_WAIT < value < math.inf:  # seconds
+            raise ValueError(f"{self.env} must be at most {LONGEST_WAIT:g} seconds, got {value!r}")
         return value
+
+
+#: The longest wait a setting may name, in seconds (~31 years): Python's waits refuse longer
+#: ones (``threading.TIMEOUT_MAX`` is ~9.2e9 here), and a close timeout of 1e300 made
+#: ``close()`` raise and lose the events still queued.
+LONGEST_WAIT = 1e9
 
 
 def _seconds(raw: str) -> float:

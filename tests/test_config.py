@@ -115,10 +115,18 @@ class TestNoNumberIsNoSetting:
         with pytest.raises(ValueError, match="must be a number"):
             config.CLOSE_TIMEOUT.resolve(math.nan)
 
-    @pytest.mark.parametrize("raw", ["nan", "inf"])
+    @pytest.mark.parametrize("setting", _SECONDS, ids=lambda s: s.env)
+    def test_a_wait_longer_than_python_waits_keeps_the_default(self, monkeypatch, setting):
+        """1e300 seconds is finite, but no wait Python makes: it is refused with its bound."""
+        monkeypatch.setenv(setting.env, "1e300")
+        assert setting.resolve() == setting.default
+        with pytest.raises(ValueError, match="must be at most 1e\\+09 seconds"):
+            setting.resolve(1e300)
+
+    @pytest.mark.parametrize("raw", ["nan", "inf", "1e300"])
     def test_a_trace_closes_with_a_close_timeout_of_no_number(self, monkeypatch, tmp_path, raw):
-        """close() under OTEL_ROLLOUT_CLOSE_TIMEOUT=nan or inf writes every event and returns
-        (it raised ValueError or OverflowError from the thread join)."""
+        """close() under OTEL_ROLLOUT_CLOSE_TIMEOUT=nan, inf or 1e300 writes every event and
+        returns (it raised ValueError or OverflowError from the thread join)."""
         from otel_rollout import RolloutTrace
 
         monkeypatch.setenv("OTEL_ROLLOUT_CLOSE_TIMEOUT", raw)

@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from ..config import LONGEST_WAIT
 from ..exporters import jsonable
 from ..reader import EventReader, OnSkip, trace_file, unreadable
 
@@ -125,9 +126,10 @@ def without_cyclic_gc() -> None:
     gc.disable()
 
 
-def at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse type: a whole number no smaller than ``minimum``, or a one-line usage
-    error."""
+def at_least(minimum: int, most: int = 10**9) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``minimum`` to ``most``, or a one-line usage
+    error (a window of 10**20 steps made a traceback, a simulated group of 10**20
+    generations took memory without end)."""
 
     def parse(raw: str) -> int:
         try:
@@ -137,6 +139,8 @@ def at_least(minimum: int) -> Callable[[str], int]:
         if value < minimum:
             least = "0 or more" if minimum == 0 else f"a whole number of at least {minimum}"
             raise argparse.ArgumentTypeError(f"must be {least}, got {raw!r}")
+        if value > most:
+            raise argparse.ArgumentTypeError(f"must be at most {most:,}, got {raw!r}")
         return value
 
     return parse
@@ -155,8 +159,10 @@ def amount_of(unit: str) -> Callable[[str], float]:
             value = float(raw)
         except ValueError:
             value = math.nan
-        if not (math.isfinite(value) and value >= 0):
-            raise argparse.ArgumentTypeError(f"must be a number of {unit} ≥ 0, got {raw!r}")
+        if not (math.isfinite(value) and 0 <= value <= LONGEST_WAIT):
+            raise argparse.ArgumentTypeError(
+                f"must be a number of {unit} from 0 to {LONGEST_WAIT:g}, got {raw!r}"
+            )
         return value
 
     return parse

@@ -17,7 +17,7 @@ from ..render.text import write_cost, write_steps
 from ..simulate import CHECKPOINTS, SimConfig, SimStatus, latest_checkpoint, simulate
 from . import _demo
 from ._batch_age import load_steps
-from ._common import CliError, non_negative_int, positive_int, seconds, trace_reader
+from ._common import CliError, at_least, non_negative_int, positive_int, seconds, trace_reader
 from ._cost import load_report
 
 _DEFAULTS = SimConfig()
@@ -111,13 +111,21 @@ def _speed(text: str) -> float:
     return value
 
 
+#: The most of one thing a simulated run holds at once (a group of 10**20 generations took
+#: memory without end).
+_MOST_AT_ONCE = 100_000
+
 _SIM_OPTIONS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
     ("steps", positive_int, "optimizer steps"),
-    ("groups_per_step", positive_int, "groups per training batch"),
-    ("group_size", positive_int, "generations per prompt"),
+    ("groups_per_step", at_least(1, _MOST_AT_ONCE), "groups per training batch"),
+    ("group_size", at_least(1, _MOST_AT_ONCE), "generations per prompt"),
     ("max_lag", non_negative_int, "staleness limit: most updates a group may lag the trained one"),
-    ("max_groups_in_flight", positive_int, "admission capacity: groups reserved, not yet trained"),
-    ("engine_slots", positive_int, "concurrent engine calls"),
+    (
+        "max_groups_in_flight",
+        at_least(1, _MOST_AT_ONCE),
+        "admission capacity: groups reserved, not yet trained",
+    ),  # fmt: skip
+    ("engine_slots", at_least(1, _MOST_AT_ONCE), "concurrent engine calls"),
     ("checkpoint_every", non_negative_int, "steps between checkpoints, 0 for none"),
     ("error_rate", _fraction, "share of attempts that fail and are retried"),
     ("seed", int, "random seed"),
