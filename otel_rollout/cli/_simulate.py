@@ -124,7 +124,7 @@ _SIM_OPTIONS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
         "max_groups_in_flight",
         at_least(1, _MOST_AT_ONCE),
         "admission capacity: groups reserved, not yet trained",
-    ),  # fmt: skip
+    ),
     ("engine_slots", at_least(1, _MOST_AT_ONCE), "concurrent engine calls"),
     ("checkpoint_every", non_negative_int, "steps between checkpoints, 0 for none"),
     ("error_rate", _fraction, "share of attempts that fail and are retried"),
