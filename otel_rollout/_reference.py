@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from .analysis import BATCH_AGE_EVENTS, StepAges, run_file
 from .reader import EventReader, trace_file, unreadable
+from .render.words import printable
 
 __all__ = ["print_batch_ages", "setup_logging"]
 
@@ -38,7 +39,7 @@ class _OneLine(logging.Formatter):
         head = f"{self._PREFIX}{record.levelname}: "
         if line.startswith(head + self._PREFIX):
             line = head + line[len(head) + len(self._PREFIX) :]
-        return line
+        return printable(line)
 
 
 def setup_logging() -> None:

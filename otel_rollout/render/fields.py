@@ -16,6 +16,7 @@ from html import escape
 from typing import Any
 
 from ..age import AGE_BUCKETS
+from .words import printable
 
 __all__ = [
     "AGE_LABELS",
@@ -69,7 +70,8 @@ def short_run(run_id: str | None, style: Style = PLAIN) -> str:
     """A run ID as every report shows it: the first characters, or all with ``--full-ids``."""
     if run_id is None:
         return "-"
-    return run_id if style.full_ids or len(run_id) <= RUN_ID_CHARS else run_id[:RUN_ID_CHARS]
+    shown = run_id if style.full_ids or len(run_id) <= RUN_ID_CHARS else run_id[:RUN_ID_CHARS]
+    return printable(shown)
 
 
 def iso_utc(t: float) -> str:

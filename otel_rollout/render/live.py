@@ -18,7 +18,7 @@ from rich.text import Text
 from ..age import AGE_BUCKETS
 from ..live import Frame
 from .fields import AGE_LABELS, PLAIN, Style, share, short_run
-from .words import counted
+from .words import counted, printable
 
 __all__ = ["frame_lines", "frame_view", "sparkline"]
 
@@ -170,7 +170,7 @@ def frame_view(f: Frame, style: Style = PLAIN, live: bool = True) -> Any:
     table.add_column(style="bold cyan", no_wrap=True)
     table.add_column(overflow="fold")
     for label, value in frame_lines(f, style, live=live):
-        table.add_row(label, Text(value))
+        table.add_row(label, Text(printable(value)))
     footer = "Ctrl-C to quit" if live else time.strftime("%Y-%m-%d %H:%M:%S")
     title = "otel-rollout watch" + (" · following" if live else "")
     return Panel(Group(table), title=title, subtitle=footer, expand=False)

@@ -1,12 +1,24 @@
 """Counts in words, the one way every command writes them: ``1 run``, ``2 runs``,
-``12,819 steps`` (digits grouped by thousands)."""
+``12,819 steps`` (digits grouped by thousands); and text from a trace made safe for a
+terminal."""
 
 from __future__ import annotations
 
-__all__ = ["counted"]
+__all__ = ["counted", "printable"]
 
 
 def counted(n: int, noun: str, nouns: str | None = None) -> str:
     """``n`` and the noun, singular for exactly one (``nouns``: the plural when it is not
     ``noun`` + "s")."""
     return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"
+
+
+#: Control characters (C0, DEL, C1) as escapes: a group ID holding ESC ] 0 ; ... BEL retitled
+#: the user's terminal from a warning, and broke the box of the watch screen.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters written as ``\\xNN`` escapes (newlines too: a
+    warning is one line)."""
+    return text.translate(_CONTROLS) if not text.isprintable() else text
