@@ -78,6 +78,8 @@ class Engine:
                 kinds = None
             else:
                 kinds |= analysis.kinds
+        if kinds is not None:  # a forked child's run.start ties its lines to its parent's run
+            kinds.add("run.start")  # (State.of_run); a few lines in any file
         self.kinds = frozenset(kinds) if kinds is not None else None
         table: dict[str, list[Callable[[Any], None]]] = {}
         for analysis in self.analyses:
@@ -110,7 +112,7 @@ class Engine:
         for item in batches:
             self._batch = item
             for e in item[0]:
-                if e.run_id != run_id:
+                if e.run_id != run_id and not state.of_run(e, run_id):
                     if run is not None:
                         run.last_t = last_t
                     stop = state.begin(e)

@@ -67,6 +67,7 @@ class State:
         self._age_of: Any = None  # the train.step whose StepAge is in _age
         self._age: Any = None
         self.epochs: dict[str, int] = {}  # group_id → epoch, kept while attempts may name it
+        self.family: dict[str, str] = {}  # a forked child's run_id → its first ancestor's
         #: Finished work a resumed run carried into groups of its own (see carry.py).
         self.carries = Carries(self.groups)
         self._apply: dict[str, Callable[[Any], None]] = {
@@ -112,6 +113,19 @@ class State:
         if epoch is None:
             epoch = self.epochs.get(e.group_id, 0)
         return (epoch, e.prompt_id, e.generation_index)
+
+    def of_run(self, e: Any, run_id: str | None) -> bool:
+        """Whether ``e``, of another ``run_id``, belongs to the run ``run_id`` all the same:
+        it is a forked child's (a child writes the same log under a run_id of its own, and
+        its ``run.start`` names its ``parent_run_id``).  Its lines, between the parent's, are
+        the parent's run, not a stop and restore at every switch."""
+        root = self.family.get(e.run_id)
+        if root is None:
+            parent = getattr(e, "parent_run_id", None)  # only run.start carries one
+            if parent is None or run_id is None or self.family.get(parent, parent) != run_id:
+                return False
+            root = self.family[sys.intern(e.run_id)] = run_id
+        return root == run_id
 
     def begin(self, e: Any) -> Stop | None:
         """A new run's first event: start it, and return the stop of the run before."""

@@ -7,13 +7,10 @@ counts), so rows are made once the last event is read.
 
 from __future__ import annotations
 
-from ..age import StepAge, seal_items, step_age
+from ..age import BATCH_AGE_EVENTS, StepAge, seal_items, step_age
 from .engine import Analysis
 
 __all__ = ["BATCH_AGE_EVENTS", "SealedCounts", "StepAges"]
-
-#: The only event kinds batch age needs; readers may skip every other line unparsed.
-BATCH_AGE_EVENTS = frozenset({"group.seal", "train.step"})
 
 
 class StepAges(Analysis):
