@@ -55,22 +55,47 @@ class TestExporter:
     def test_past_the_bound_attempts_are_written_and_counted(self, tmp_path, cli):
         """With room for two held attempts (1.1 KB each, no calls), a third sends the oldest out
         as it is, counted; the validator's span mode names the line where an attempt precedes
-        its group."""
+        its group's reserve (an error once the reserve comes)."""
         path = tmp_path / "s.jsonl"
         exporter, provider, tracer = exporting(path, hold_bytes=2_500)
         for i in range(3):
             attrs = {**ATTEMPT, "rollout.attempt_id": f"a{i}", "rollout.group_id": f"g{i}"}
             span(tracer, "rollout.attempt", attrs, T + i, T + i + 0.5)
         assert exporter.counts()["spans_held_past_bound"] == 1
-        provider.shutdown()  # the rest, whose groups never came, are written too
-        assert exporter.counts()["spans_held_past_bound"] == 3
+        for i in range(3):
+            span(tracer, "rollout.group", {**GROUP, "rollout.group_id": f"g{i}"}, T + i, T + 9)
+        provider.shutdown()
+        assert exporter.counts()["spans_held_past_bound"] == 1
         checked = cli("validate", "--from-spans", str(path))
         assert checked.returncode == 1
         assert f"{path}:2: error: attempt.dispatch of attempt a0 before the group.reserve" in (
             checked.stdout
         )
+        assert "1 warning" not in checked.stderr and "2 errors" in checked.stderr  # a0's two
         plain = cli("validate", str(path))
         assert plain.returncode == 0, plain.stdout
+
+    def test_attempts_of_a_group_open_at_shutdown_are_written_and_only_warned_of(
+        self, tmp_path, cli
+    ):
+        """A group span still open at shutdown (a controller stopped with groups in flight):
+        its ended attempts are written at shutdown, counted, and ``validate --from-spans``
+        warns of them (their group has no reserve at all) without failing the file."""
+        path = tmp_path / "s.jsonl"
+        exporter, provider, tracer = exporting(path)
+        open_group = tracer.start_span("rollout.group", attributes=GROUP, start_time=to_ns(T))
+        span(tracer, "rollout.attempt", ATTEMPT, T + 1, T + 2)
+        provider.shutdown()
+        assert exporter.counts()["spans_held_past_bound"] == 1
+        kinds = [e["event"] for e in read_events(path)]
+        assert kinds == ["run.start", "attempt.dispatch", "attempt.seal"]
+        checked = cli("validate", "--from-spans", str(path))
+        assert checked.returncode == 0, checked.stdout
+        assert f"{path}:2: warning: attempt.dispatch of attempt a: its group g has no " in (
+            checked.stdout
+        )
+        assert "0 errors, 2 warnings" in checked.stderr
+        open_group.end()
 
     def test_the_hold_estimate_is_near_what_held_attempts_take(self, tmp_path):
         """The bytes the hold counts for attempts of 1 and 100 calls are within 25% of what

@@ -61,11 +61,16 @@ def add_parser(commands: Any) -> None:
 
 class _SpanOrder:
     """The order a file written from spans promises: each run's run.start first (and once),
-    and each group's reserve before its attempts' lines."""
+    and each group's reserve before its attempts' lines.
+
+    An attempt line before its group's reserve is an error once the reserve comes; if
+    none comes, a warning at the end: the group's span was still open when the exporter
+    shut down, and its attempts were written without it (their tokens are not lost)."""
 
     def __init__(self) -> None:
         self.runs: dict[str, float] = {}  # run → its run.start's time
         self.groups: set[str] = set()
+        self._waiting: dict[str, list[tuple[int, str]]] = {}  # group → its early attempt lines
 
     def early(self, event: dict[str, Any]) -> str | None:
         """A warning when the line is earlier than its run's run.start: that run.start has the
@@ -80,26 +85,36 @@ class _SpanOrder:
             "much too long"
         )
 
-    def check(self, event: dict[str, Any]) -> str | None:
+    def check(self, lineno: int, event: dict[str, Any]) -> list[tuple[int, str]]:
+        """The errors this line shows: its own, or, for a reserve, its attempts' before it."""
         kind, run = event["event"], event["run_id"]
         if kind == "run.start":
             if run in self.runs:
-                return (
-                    f"a second run.start of run {run}: a run ID must be new at each process "
-                    "start (a restarted pod keeps its name), or two runs read as one"
-                )
+                return [(lineno, f"a second run.start of run {run}: a run ID must be new at "
+                         "each process start (a restarted pod keeps its name), or two runs "
+                         "read as one")]  # fmt: skip
             self.runs[run] = event["t"]
-            return None
+            return []
         if run not in self.runs:
-            return f"a {kind} line of run {run} before that run's run.start"
+            return [(lineno, f"a {kind} line of run {run} before that run's run.start")]
         if kind == "group.reserve":
-            self.groups.add(event["group_id"])
-        elif kind.startswith("attempt.") and event["group_id"] not in self.groups:
-            return (
-                f"{kind} of attempt {event['attempt_id']} before the group.reserve of its "
-                f"group {event['group_id']}"
-            )
-        return None
+            group = event["group_id"]
+            self.groups.add(group)
+            return [(n, f"{what} before the group.reserve of its group {group}")
+                    for n, what in self._waiting.pop(group, ())]  # fmt: skip
+        if kind.startswith("attempt.") and event["group_id"] not in self.groups:
+            what = f"{kind} of attempt {event['attempt_id']}"
+            self._waiting.setdefault(event["group_id"], []).append((lineno, what))
+        return []
+
+    def unreserved(self) -> list[tuple[int, str]]:
+        """At the end: the attempt lines whose group has no reserve in the file at all."""
+        return sorted(
+            (n, f"{what}: its group {group} has no group.reserve in the file (its span was "
+                "still open when the exporter shut down?)")
+            for group, lines in self._waiting.items()
+            for n, what in lines
+        )  # fmt: skip
 
 
 class _Report:
@@ -184,9 +199,8 @@ def run(args: argparse.Namespace) -> int:
                 unknown += 1
             continue
         kinds[str(kind)] += 1
-        misplaced = order.check(event) if order is not None else None
-        if misplaced is not None:
-            report.add(lineno, "error", misplaced)
+        for line, misplaced in order.check(lineno, event) if order is not None else ():
+            report.add(line, "error", misplaced)
         early = order.early(event) if order is not None else None
         if early is not None:
             report.add(lineno, warn, early)
@@ -196,6 +210,8 @@ def run(args: argparse.Namespace) -> int:
             unsealed = never_sealed(event["step"], event["group_ids"], sealed)
             if unsealed is not None:
                 report.add(lineno, warn, unsealed)
+    for line, unreserved in order.unreserved() if order is not None else ():
+        report.add(line, warn, unreserved)
     if torn:  # only blank lines after it: the file's torn last line
         lineno, reason = torn.pop()
         report.add(lineno, warn, reason)
