@@ -191,12 +191,19 @@ def test_log_to_leaves_out_runs_a_tracker_already_holds(demo_trace: Path, tmp_pa
         files = len(list((tmp_path / "tb").glob("*/events.out.tfevents.*")))
         return runs, files, tensorboard_runs(tmp_path / "tb")
 
-    assert log_to().returncode == 0
+    once = log_to()
+    assert once.returncode == 0
     first = stored()
     assert first[:2] == (2, 2)
+    rows = int(once.stderr.split(" rows in ")[0].rsplit("→ ", 1)[1])  # steps and restores
+    assert rows > sum(len(series["rollout/batch_age"]) for series in first[2].values())
+    assert f"tensorboard:{tmp_path / 'tb'}: {rows} logged; mlflow:{uri}: {rows} logged" in (
+        once.stderr
+    )  # each tracker's own count
     again = log_to()
     assert again.returncode == 0 and "Traceback" not in again.stderr
     assert again.stderr.count("already holds 2 runs of this file") == 2  # each tracker says
+    assert again.stderr.count(": 0 logged, 2 runs it already held left out") == 2
     assert stored() == first
     log.write_bytes(demo_trace.read_bytes())  # the third run, resumed into the file
     assert log_to().returncode == 0

@@ -87,11 +87,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"read {counted(events, 'event')}; waiting for the trackers to finish…", file=sys.stderr)
     hub.close(args.timeout)
     counts = hub.counts()
-    names = ", ".join(str(s) for s in specs)
     print(
         f"{args.file}: {events:,} events from {counted(len(runs), 'run')} → "
-        f"{counted(hub.rows, 'row')}, {counts['tracker_rows_logged']:,} logged into {names} "
-        f"in {time.monotonic() - started:.1f}s",
+        f"{counted(hub.rows, 'row')} in {time.monotonic() - started:.1f}s; "
+        + "; ".join(_tracker_summary(worker) for worker in hub.workers),
         file=sys.stderr,
     )
     failed = (counts["tracker_errors"] + counts["tracker_rows_dropped"]
@@ -105,6 +104,20 @@ def run(args: argparse.Namespace) -> int:
             exit_code=1,
         )
     return 0
+
+
+def _tracker_summary(worker: Any) -> str:
+    """What one tracker took: the rows logged, and any failed, dropped or left out."""
+    said = [f"{worker.logged:,} logged"]
+    if worker.failed:
+        said.append(f"{counted(worker.failed, 'call')} failed")
+    if worker.dropped:
+        said.append(f"{worker.dropped:,} not logged")
+    if worker.hung:
+        said.append("hung")
+    if worker.held:
+        said.append(f"{counted(len(worker.held), 'run')} it already held left out")
+    return f"{worker.name}: " + ", ".join(said)
 
 
 def _held_runs(specs: Sequence[Any], path: str, timeout: float) -> list[list[str]]:
