@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -77,12 +78,28 @@ def print_batch_ages(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
-        for row in rows:
-            if row.batch_age is not None:
-                print(f"{row.step} {row.batch_age:.6f}")
-    except BrokenPipeError:
-        sys.stderr.close()  # the reader went away (| head); nothing left to say
     except OSError as exc:
         print(f"error: {path}: {exc.strerror or exc}", file=sys.stderr)
         return 2
+    try:
+        for row in rows:
+            if row.batch_age is not None:
+                print(f"{row.step} {row.batch_age:.6f}")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        sys.stderr.close()  # the reader went away (| head); nothing left to say
+    except OSError as exc:  # the output's fault, not the file's (a full disk, /dev/full)
+        print(f"error: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
+        drop_stdout()
+        return 2
     return 0
+
+
+def drop_stdout() -> None:
+    """Point stdout at /dev/null, so that what is still buffered for it does not fail
+    again (with a traceback) when the interpreter exits."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

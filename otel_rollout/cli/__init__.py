@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from collections.abc import Sequence
 
 from .. import __version__
-from .._reference import print_batch_ages, setup_logging
+from .._reference import drop_stdout, print_batch_ages, setup_logging
 from ._common import CliError
 
 __all__ = ["main", "run", "run_reference_main"]
@@ -76,20 +75,10 @@ def run(argv: Sequence[str] | None = None) -> int:
         sys.stderr.close()  # the reader went away (| head); nothing left to say
         return 0
     except OSError as exc:  # standard output could not be written (a full disk, say)
-        _drop_stdout()
+        drop_stdout()
         where = f"{exc.filename}: " if exc.filename else "cannot write the output: "
         print(f"otel-rollout: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
-
-
-def _drop_stdout() -> None:
-    """Point stdout at /dev/null, so that what is still buffered for it does not fail
-    again (with a traceback) when the interpreter exits."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
 
 
 def main(argv: Sequence[str] | None = None) -> None:
