@@ -14,6 +14,7 @@ import random
 import re
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 import threading
@@ -250,6 +251,10 @@ class TestCommand:
         assert_valid(doc)
         [steps] = run_file(bench_trace, [StepAges()])
         assert len([e for e in slices(doc) if e["tid"] == 1]) == len(steps) + 6  # 2 redone × 3
+        argv = [sys.executable, "-m", "otel_rollout", "timeline", str(bench_trace), "-o", "-"]
+        piped = subprocess.run(argv, capture_output=True, cwd=tmp_path, timeout=120)
+        assert piped.returncode == 0 and json.loads(piped.stdout) == doc  # -o -: stdout
+        assert not (tmp_path / "-").exists()
 
     def test_runs_by_position_or_id_prefix(self, tmp_path, cli, bench_trace):
         """--runs 2 and --runs <prefix> keep that run's process only, on the file's time axis."""

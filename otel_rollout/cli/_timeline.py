@@ -55,7 +55,8 @@ def add_parser(commands: Any) -> None:
         "--output",
         default="timeline.json",
         metavar="OUT",
-        help="where to write (default timeline.json; a name ending in .gz is gzipped)",
+        help="where to write (default timeline.json; a name ending in .gz is gzipped; - for "
+        "standard output)",
     )
     parser.add_argument(
         "--runs",
@@ -133,6 +134,12 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(str(exc)) from None
     trace_reader(args.file, progress=False)  # a missing or unreadable file: one line, first
+    if args.output == "-":  # standard output (a write error there is the CLI's one line)
+        summary = write_timeline(args.file, sys.stdout.buffer, runs=runs, steps=steps,
+                                 counter_ms=args.counter_ms, progress=False)  # fmt: skip
+        sys.stdout.buffer.flush()
+        print(f"standard output: {summary.line()}", file=sys.stderr)
+        return 0
     out_path = Path(args.output)
     where = prepare_output(out_path, Path(args.file))
     try:
