@@ -609,3 +609,45 @@ class TestWhichRunsKeepTheirMetrics:
         t.end_run("C", "test")  # the last run ended: its values stay on the endpoint
         assert len(shown()) == 2
         t.finish("test")
+
+
+def test_a_lingering_sidecar_writes_its_log_where_a_new_run_directory_has_it(tmp_path) -> None:
+    """A run directory deleted and made again while its sidecar lingers: the sidecar, told
+    the file was replaced, writes its messages to the new directory's sidecar log, not to
+    the deleted one (the trainer's messages name that file)."""
+    import shutil
+
+    script = (
+        "import sys\nfrom otel_rollout.trace import RolloutTrace\n"
+        "t = RolloutTrace(sys.argv[1])\n"
+        "t.emit('group.reserve', group_id='g', prompt_id=1, size=1, weight_version=0)\n"
+        "t.close()\n"
+    )
+    run_dir = tmp_path / "run"
+    with OtlpReceiver("grpc") as rx:
+        env = clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=rx.endpoint, OTEL_METRICS_EXPORTER="none",
+                        OTEL_ROLLOUT_SIDECAR_LINGER="30")  # fmt: skip
+        for _ in range(2):
+            shutil.rmtree(run_dir, ignore_errors=True)
+            done = subprocess.run([sys.executable, "-c", script, str(run_dir)], env=env,
+                                  capture_output=True, text=True, timeout=120)  # fmt: skip
+            assert done.returncode == 0, done.stderr
+        log = run_dir / "rollout_trace.jsonl.sidecar.log"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and "was replaced" not in _text(log):
+            time.sleep(0.1)
+        assert "was replaced; following the new file" in _text(log)
+        sidecars = [pid for pid in os.listdir("/proc") if pid.isdigit()
+                    and str(run_dir) in _text(Path(f"/proc/{pid}/cmdline")).replace("\0", " ")
+                    and "sidecar" in _text(Path(f"/proc/{pid}/cmdline"))]  # fmt: skip
+        assert len(sidecars) == 1  # the first run's, lingering, took the second run too
+        for fd in (1, 2):
+            assert os.readlink(f"/proc/{sidecars[0]}/fd/{fd}") == str(log)
+        os.kill(int(sidecars[0]), signal.SIGTERM)
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""

@@ -45,7 +45,7 @@ from ..events import decode_plain, from_object
 from ..follow import FileFollower
 from ..otel import OtelSettings
 from ..reader import MAX_WARNINGS
-from ._control import ControlServer, Note, send, settings_key
+from ._control import ControlServer, Note, send, settings_key, sidecar_log
 
 __all__ = ["Sidecar", "pid_alive"]
 
@@ -152,6 +152,29 @@ class Sidecar:
         """Ask :meth:`run` to finish (from a signal handler or another thread)."""
         self._stop.set()
 
+    def _reopen_log(self) -> None:
+        """Our stdout and stderr at ``<log>.sidecar.log`` again if that file is gone or is
+        another: a run directory deleted and made again while we lingered left them
+        writing a deleted file, and the new trainer's message named a log that was not
+        there."""
+        where = sidecar_log(Path(self.path))
+        try:
+            ours = os.fstat(1)
+            there = os.stat(where)
+            if (ours.st_dev, ours.st_ino) == (there.st_dev, there.st_ino):
+                return
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return
+        try:
+            fd = os.open(where, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError:
+            return  # no directory to write it in (yet): keep what we have
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+
     def run(self) -> None:
         """Follow and export until ``linger`` runs out, the file is handed over, or :meth:`stop`."""
         telemetry = self.telemetry
@@ -165,6 +188,7 @@ class Sidecar:
                     quiet_since = time.monotonic()
                 batch = self._follower.read()
                 if batch.reopened:
+                    self._reopen_log()
                     _log.warning("otel-rollout: %s was replaced; following the new file", self.path)
                 lines, handed = batch.lines, False
                 if self._stop_at is not None:  # handed over: nothing from the offset on is ours

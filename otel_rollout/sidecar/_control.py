@@ -36,6 +36,7 @@ import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from queue import SimpleQueue
 from typing import Any
 
@@ -53,9 +54,15 @@ __all__ = [
     "receive",
     "send",
     "settings_key",
+    "sidecar_log",
 ]
 
 _log = logging.getLogger("otel_rollout")
+
+
+def sidecar_log(path: Path) -> Path:
+    """Where the sidecar following ``path`` writes its own messages."""
+    return path.with_name(path.name + ".sidecar.log")
 
 
 def address(path: str | os.PathLike[str]) -> str:

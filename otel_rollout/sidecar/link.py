@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..otel import OtelSettings
-from ._control import connect, encode_settings, receive, send, settings_key
+from ._control import connect, encode_settings, receive, send, settings_key, sidecar_log
 
 __all__ = ["SidecarLink", "sidecar_log"]
 
@@ -37,11 +37,6 @@ START_TIMEOUT = 30.0
 _REPLY_TIMEOUT = 10.0
 _HELLO_TIMEOUT = 2.0
 _READY_FD = 3  # where the sidecar finds the pipe to say it is ready on
-
-
-def sidecar_log(path: Path) -> Path:
-    """Where the sidecar following ``path`` writes its own messages."""
-    return path.with_name(path.name + ".sidecar.log")
 
 
 class SidecarLink:
