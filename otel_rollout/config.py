@@ -39,6 +39,10 @@ _log = logging.getLogger("otel_rollout")
 T = TypeVar("T")
 
 
+#: ``(variable, value)`` pairs already warned of as malformed.
+_WARNED: set[tuple[str, str]] = set()
+
+
 @dataclass(frozen=True)
 class Setting(Generic[T]):
     """One knob: the variable that sets it, how to parse it and its default."""
@@ -60,7 +64,11 @@ class Setting(Generic[T]):
         try:
             return self.check(self.parse(raw.strip()))
         except ValueError as exc:
-            _log.warning("ignoring %s=%r (%s); using %r", self.env, raw, exc, self.default)
+            if (self.env, raw) not in _WARNED:  # once a value, however often it is read
+                _WARNED.add((self.env, raw))
+                _log.warning(
+                    "otel-rollout: ignoring %s=%r (%s); using %r", self.env, raw, exc, self.default
+                )
             return self.default
 
     def check(self, value: T) -> T:

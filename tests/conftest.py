@@ -167,3 +167,11 @@ def prometheus(tmp_path):
             return get(url)["data"]["result"]
 
         yield query, target
+
+
+@pytest.fixture(autouse=True)
+def fresh_setting_warnings():
+    """Each test sees its malformed settings warned of (a process warns of each once)."""
+    from otel_rollout import config
+
+    config._WARNED.clear()

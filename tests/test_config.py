@@ -11,6 +11,13 @@ from otel_rollout import config
 
 
 class TestSetting:
+    def test_a_malformed_value_is_warned_of_once(self, monkeypatch, caplog):
+        """A value read again and again (each trace, each setting's use) warns once."""
+        monkeypatch.setenv("OTEL_ROLLOUT_EXPORT_MODE", "foo")
+        for _ in range(3):
+            assert config.EXPORT_MODE.resolve() == config.EXPORT_MODE.default
+        assert caplog.text.count("otel-rollout: ignoring OTEL_ROLLOUT_EXPORT_MODE='foo'") == 1
+
     def test_default_when_unset(self, monkeypatch):
         """With nothing set, the documented default applies."""
         monkeypatch.delenv("OTEL_ROLLOUT_QUEUE_SIZE", raising=False)
