@@ -219,11 +219,15 @@ def test_log_to_leaves_out_runs_a_tracker_already_holds(demo_trace: Path, tmp_pa
         (["log-to", "neptune", "x.jsonl"], "unknown tracker 'neptune'"),
         (["log-to", "tensorboard", "x.jsonl"], "tensorboard needs a directory"),
         (["log-to", "mlflow", "missing.jsonl"], "missing.jsonl"),
+        (["log-to", "tensorboard:TMP/afile", "x.jsonl"], "TMP/afile is not a directory"),
     ],
 )
 def test_log_to_bad_input_is_one_line(cli, args, words, tmp_path) -> None:
-    """A bad spec or a missing file: one line on stderr, exit 2, no traceback."""
-    done = cli(*args)
+    """A bad spec (a tensorboard directory that is a file, too) or a missing file: one line
+    on stderr, exit 2, no traceback."""
+    (tmp_path / "afile").write_text("")
+    words = words.replace("TMP", str(tmp_path))
+    done = cli(*(a.replace("TMP", str(tmp_path)) for a in args))
     assert done.returncode == 2
     assert words in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1

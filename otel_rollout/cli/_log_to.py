@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from ..render.words import counted
@@ -72,6 +73,9 @@ def run(args: argparse.Namespace) -> int:
         problem = missing_extra(spec.kind)
         if problem is not None:
             raise CliError(problem)
+        if spec.kind == "tensorboard" and spec.target and Path(spec.target).exists():
+            if not Path(spec.target).is_dir():  # each run's writer would fail on its own
+                raise CliError(f"{spec}: {spec.target} is not a directory")
     held = [] if args.again else _held_runs(specs, args.file, args.timeout)
     reader = trace_reader(args.file, validate=True)
     hub = TrackerHub(list(specs), reader.path, backfill=True, wait=args.timeout, start=0, held=held)
