@@ -73,9 +73,9 @@ def run(args: argparse.Namespace) -> int:
         problem = missing_extra(spec.kind)
         if problem is not None:
             raise CliError(problem)
-        if spec.kind == "tensorboard" and spec.target and Path(spec.target).exists():
-            if not Path(spec.target).is_dir():  # each run's writer would fail on its own
-                raise CliError(f"{spec}: {spec.target} is not a directory")
+        target = Path(spec.target) if spec.kind == "tensorboard" and spec.target else None
+        if target is not None and target.exists() and not target.is_dir():
+            raise CliError(f"{spec}: {target} is not a directory")  # each run would fail alone
     held = [] if args.again else _held_runs(specs, args.file, args.timeout)
     reader = trace_reader(args.file, validate=True)
     hub = TrackerHub(list(specs), reader.path, backfill=True, wait=args.timeout, start=0, held=held)
