@@ -121,10 +121,10 @@ class TestImportLayers:
         imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
         assert [getattr(n, "module", None) for n in imports] == ["__future__"]
 
-    def test_the_reference_main_does_not_load_the_command_line(self):
+    def test_the_reference_main_does_not_load_the_command_line(self, tmp_path):
         """``python -m otel_rollout.trace`` prints its lines without importing the CLI."""
         code = (
-            "import sys, runpy; sys.argv = ['trace', '/nonexistent'];\n"
+            f"import sys, runpy; sys.argv = ['trace', {str(tmp_path / 'missing')!r}];\n"
             "try:\n    runpy.run_module('otel_rollout.trace', run_name='__main__')\n"
             "except SystemExit as e:\n"
             "    print(e.code, sorted(m for m in sys.modules if m.startswith('otel_rollout.cli')))"
