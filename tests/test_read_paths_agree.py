@@ -80,17 +80,21 @@ def test_a_line_holding_two_rows_is_skipped_in_a_whole_block(tmp_path) -> None:
     assert "line 3" in validate(path).stdout.replace(":3:", "line 3")
 
 
+@pytest.mark.parametrize("pad", [0, 3000], ids=["alone", "in a block decoded at once"])
 @pytest.mark.parametrize("key", [b'"-0"', b'"\\u002d0"'])
-def test_a_signed_version_key_is_skipped_by_every_reader(tmp_path, scanner, key) -> None:
+def test_a_signed_version_key_is_skipped_by_every_reader(tmp_path, scanner, key, pad) -> None:
     """A version key ``"-0"`` (msgspec alone would read it as 0) is an error to ``validate``
-    and skipped by every reader, however the minus is written."""
+    and skipped by every reader, however the minus is written, wherever it stands."""
     line = orjson.dumps(seal("g1", {"0": 10})).replace(b'"0"', key)
-    path = write(tmp_path / "t.jsonl", [orjson.dumps(START), line, orjson.dumps(step(1, ["g1"]))])
+    filler = [orjson.dumps(step(1000 + n, [])) for n in range(pad)]
+    lines = [orjson.dumps(START), *filler, line, *filler, orjson.dumps(step(1, ["g1"]))]
+    path = write(tmp_path / "t.jsonl", lines)
     assert validate(path).returncode == 1
-    assert batch_age_by_step(read_events(path)) == {}  # read by kind
-    assert batch_age_by_step(list(read_events(path))) == {}  # every line, as dicts
+    ages = {n: None for n in range(1000, 1000 + pad)}
+    assert {**batch_age_by_step(read_events(path)), **ages} == ages  # read by kind
+    assert {**batch_age_by_step(list(read_events(path))), **ages} == ages  # dicts
     typed = [e.event for batch in EventReader(path, typed=True).batches() for e in batch]
-    assert typed == ["run.start", "train.step"]  # every line, typed
+    assert "group.seal" not in typed and len(typed) == 2 + 2 * pad  # every line, typed
 
 
 def test_a_step_naming_a_group_twice_is_an_error_everywhere(tmp_path) -> None:
