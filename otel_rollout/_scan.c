@@ -82,7 +82,8 @@ static PyObject *scan(PyObject *self, PyObject *args)
         Py_ssize_t length = PyBytes_GET_SIZE(name);
         const char *at = from;
         while (limit - at >= length) {
-            const char *hit = memmem(at, limit - at, needle, length);
+            const char *hit = length == 1 ? memchr(at, needle[0], limit - at)
+                                          : memmem(at, limit - at, needle, length);
             if (hit == NULL)
                 break;
             const char *before = memrchr(from, '\n', hit - from);

@@ -66,11 +66,14 @@ def _struct(kind: str, spec: schema.EventKind) -> type[msgspec.Struct]:
         if "tokens_by_version" in names:  # the one field with version keys
             at = names.index("tokens_by_version")
 
-            def check_and_count(self: Any) -> None:
-                counts = values(self)[at]
+            def check_and_count(self: Any) -> None:  # one frame a seal: check's body inlined
+                got = values(self)
+                counts = got[at]
                 if counts and 0 in counts:  # maybe written "-0": see zero_keys
                     _ZERO_KEYS.n = getattr(_ZERO_KEYS, "n", 0) + 1
-                check(self)
+                problem = rule(*got)
+                if problem is not None:
+                    raise ValueError(problem)
 
             post_init = check_and_count
         namespace["__post_init__"] = post_init
@@ -112,9 +115,9 @@ def decode(line: bytes) -> Any:
     """
     if not line.isascii():
         check_utf8(line)
-    zeros = zero_keys()
+    zeros = getattr(_ZERO_KEYS, "n", 0)  # zero_keys(), inline: once a found line
     event = DECODER.decode(line)
-    if zero_keys() != zeros and not fast_path_agrees(line):
+    if getattr(_ZERO_KEYS, "n", 0) != zeros and not fast_path_agrees(line):
         raise msgspec.DecodeError("a version key msgspec and validate read apart")
     return event
 

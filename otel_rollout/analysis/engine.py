@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import events
 from ..reader import MAX_WARNINGS, EventReader, EventStream, Progress
-from .state import State, Stop
+from .state import IN_FLIGHT, State, Stop
 
 __all__ = ["Analysis", "Engine", "OnWarning", "run_events", "run_file"]
 
@@ -78,8 +78,13 @@ class Engine:
                 kinds = None
             else:
                 kinds |= analysis.kinds
-        if kinds is not None:  # a forked child's run.start ties its lines to its parent's run
-            kinds.add("run.start")  # (State.of_run); a few lines in any file
+        self._stops = [a.stop for a in self.analyses if type(a).stop is not Analysis.stop]
+        if kinds is not None and (self._stops or kinds & IN_FLIGHT):
+            # Runs matter (work in flight dies at a stop): a forked child's run.start ties its
+            # lines to its parent's run (State.of_run).  Batch age alone reads no run.start:
+            # which run a step's seals came from changes no age, and the search of every
+            # block for it was 8% of batch-age's instructions a line (callgrind).
+            kinds.add("run.start")
         self.kinds = frozenset(kinds) if kinds is not None else None
         table: dict[str, list[Callable[[Any], None]]] = {}
         for analysis in self.analyses:
@@ -94,7 +99,6 @@ class Engine:
             for kind, handlers in table.items()
             if kind in events.EVENT_TYPES
         }
-        self._stops = [a.stop for a in self.analyses if type(a).stop is not Analysis.stop]
 
     def _warn(self, event: Any, message: str) -> None:
         """A problem the pass found with ``event``, reported with its line."""

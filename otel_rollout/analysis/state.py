@@ -19,6 +19,7 @@ from .carry import Carries
 from .records import Attempt, Group, Key, Run, Step, Stop
 
 __all__ = [
+    "IN_FLIGHT",
     "Attempt",
     "Group",
     "Key",
@@ -43,7 +44,7 @@ def never_sealed(step: int, group_ids: Iterable[str], sealed: Container[str]) ->
 Warn = Callable[[Any, str], None]  # (the event, the problem)
 
 #: The kinds that put attempts and groups in flight, or take them out.
-_IN_FLIGHT = frozenset(
+IN_FLIGHT = frozenset(
     {"attempt.dispatch", "attempt.resume", "attempt.seal", "attempt.refuse",
      "attempt.abandon", "group.reserve", "group.discard"}
 )  # fmt: skip
@@ -97,7 +98,7 @@ class State:
         if kinds is None:
             return dict(self._apply)
         apply = {kind: handler for kind, handler in self._apply.items() if kind in kinds}
-        if not kinds & _IN_FLIGHT:
+        if not kinds & IN_FLIGHT:
             # Seals and steps without the kinds that put work in flight (batch age's read):
             # no group to follow, only its counts and the steps (the Group made per seal
             # was ~15% of the pass).
