@@ -37,6 +37,7 @@ __all__ = [
     "decode_plain",
     "from_line",
     "from_object",
+    "parse_problem",
     "problems",
 ]
 
@@ -162,6 +163,14 @@ def decode_plain(line: bytes) -> Any:
     return _plain.decode(line)
 
 
+def parse_problem(exc: Exception) -> str:
+    """Why a line did not parse, as every reader and ``validate`` say it: JSON that is not
+    JSON, or a number no float holds (``1e400``: valid JSON, but no event's)."""
+    if isinstance(exc, msgspec.ValidationError):  # from the plain decoder: a number past a float
+        return f"not an event: {str(exc).split(' - at `', 1)[0].lower()} (past a float)"
+    return f"not valid JSON: {exc}"
+
+
 def from_line(line: bytes) -> tuple[Any, str | None]:
     """``(event, None)`` for a line to keep, ``(None, why)`` for one to skip with a
     warning, ``(None, None)`` for one to ignore (blank, or of a kind this version does
@@ -175,7 +184,7 @@ def from_line(line: bytes) -> tuple[Any, str | None]:
     except (msgspec.DecodeError, RecursionError) as exc:
         if not line.strip():
             return None, None
-        return None, f"not valid JSON: {exc}"
+        return None, parse_problem(exc)
     return from_object(value)
 
 

@@ -164,10 +164,10 @@ class EventReader:
         except errors as exc:
             error = exc
 
-        if isinstance(error, msgspec.ValidationError):
-            self._skip(lineno, f"not an event: {error}", torn, line)
+        if isinstance(error, msgspec.ValidationError) and self._typed is not None:
+            self._skip(lineno, f"not an event: {error}", torn, line)  # does not fit as_type
         else:
-            self._skip(lineno, f"not valid JSON: {error}", torn, line)
+            self._skip(lineno, events.parse_problem(error), torn, line)
         return None
 
     def _decoder(self) -> tuple[Callable[[bytes], Any], tuple[type[Exception], ...]]:

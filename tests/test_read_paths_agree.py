@@ -195,3 +195,18 @@ def test_control_characters_from_a_trace_never_reach_the_terminal(tmp_path, cli)
         assert proc.returncode == 0, (args, proc.stderr)
         assert "\x1b" not in shown and "\x07" not in shown, args
     assert "g\\x1b]0;PWNED\\x07" in cli("batch-age", str(path)).stderr
+
+
+def test_a_number_past_a_float_is_named_alike_by_validate_and_the_readers(tmp_path, cli):
+    """``1e400`` is JSON but no event's number: ``validate`` and every reader say so in the
+    same words, without msgspec's ``$[...]`` path."""
+    line = orjson.dumps({**START, "event": "group.admit", "group_id": "g", "prompt_id": 1})
+    path = write(
+        tmp_path / "t.jsonl", [orjson.dumps(START), line.replace(b'"t":1.0', b'"t":1e400')]
+    )
+    words = "t.jsonl:2: error: not an event: number out of range (past a float)"
+    assert words in validate(path).stdout
+    for command in ("cost", "staleness"):  # (batch-age passes a group.admit over unread)
+        said = cli(command, str(path)).stderr
+        assert "t.jsonl:2: not an event: number out of range (past a float); skipped" in said
+        assert "$[" not in said

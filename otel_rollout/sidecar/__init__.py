@@ -41,7 +41,7 @@ from typing import Any
 
 import msgspec
 
-from ..events import decode_plain, from_object
+from ..events import decode_plain, from_object, parse_problem
 from ..follow import FileFollower
 from ..otel import OtelSettings
 from ..reader import MAX_WARNINGS
@@ -231,7 +231,7 @@ class Sidecar:
                 try:
                     event = loads(line)  # integers of any size exact, as every reader
                 except (msgspec.DecodeError, RecursionError) as exc:
-                    self._skip(offset, f"not valid JSON: {exc}")
+                    self._skip(offset, parse_problem(exc))
                 else:
                     _, why = check(event)
                     if why is None:  # valid, or of a kind this version does not know
