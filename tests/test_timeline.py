@@ -129,6 +129,15 @@ class TestKnownAnswer:
         threads = {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
         assert {"trainer", "weights", "engine lane 1", "engine lane 3"} <= threads
 
+    def test_a_run_of_only_its_start_is_a_process(self):
+        """A run that wrote only its run.start (killed at once) is a process of its own, as
+        cost counts it a run."""
+        b = known_trace()
+        b.new_run("run-C")
+        doc = timeline_of(b.events)
+        names = [e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "process_name"]
+        assert names == ["run 1: run-A", "run 2: run-B", "run 3: run-C"]
+
     def test_a_cut_call_is_split_at_the_refit_by_version(self):
         """The attempt whose call the refit cut: v0 until the pause, the pause, then v1, with
         the tokens each version generated (40 and 60, from the cut)."""

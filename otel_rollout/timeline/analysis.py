@@ -132,6 +132,7 @@ class Timeline(Analysis):
             "weights.sync": self._sync,
             "checkpoint.publish": self._checkpoint,
             "checkpoint.restore": self._checkpoint,
+            "run.start": self._at,  # a run with nothing else drawn is still a run (a process)
         }
 
     # Runs: a handler that sees a new state.run closes the view of the old one first.
