@@ -109,6 +109,10 @@ class Sidecar:
         self.linger = linger
         self.hand_over = hand_over
         self.skipped = 0
+        #: Whether our stdout is the sidecar log beside the file (a sidecar a trainer
+        #: started): only then does it follow the file when the file is made again, never
+        #: the terminal of ``otel-rollout export --follow``.
+        self._log_is_ours = _same_file(1, sidecar_log(self.path))
         self._follower = FileFollower(self.path, offset)
         self._begin = offset  # the first byte this sidecar follows
         self._notes: SimpleQueue[Note] = SimpleQueue()
@@ -157,15 +161,8 @@ class Sidecar:
         another: a run directory deleted and made again while we lingered left them
         writing a deleted file, and the new trainer's message named a log that was not
         there."""
-        where = sidecar_log(Path(self.path))
-        try:
-            ours = os.fstat(1)
-            there = os.stat(where)
-            if (ours.st_dev, ours.st_ino) == (there.st_dev, there.st_ino):
-                return
-        except FileNotFoundError:
-            pass
-        except OSError:
+        where = sidecar_log(self.path)
+        if not self._log_is_ours or _same_file(1, where):
             return
         try:
             fd = os.open(where, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -433,3 +430,12 @@ def handle_signals(sidecar: Sidecar) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(ValueError):  # not the main thread: the caller stops us
             signal.signal(sig, stop)
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether ``fd`` is open on the file at ``path`` (False if either is gone)."""
+    try:
+        ours, there = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (ours.st_dev, ours.st_ino) == (there.st_dev, there.st_ino)

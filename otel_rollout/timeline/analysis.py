@@ -132,8 +132,12 @@ class Timeline(Analysis):
             "weights.sync": self._sync,
             "checkpoint.publish": self._checkpoint,
             "checkpoint.restore": self._checkpoint,
-            "run.start": self._at,  # a run with nothing else drawn is still a run (a process)
+            "run.start": self._run_start,
         }
+
+    def _run_start(self, e: Any) -> None:
+        """A run with nothing else drawn is still a run: its process."""
+        self._at(e)
 
     # Runs: a handler that sees a new state.run closes the view of the old one first.
 
