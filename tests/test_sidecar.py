@@ -429,6 +429,29 @@ class TestFollowCommand:
         assert ended == {"sidecar.stopped": 3}
         assert "3 events from 1 run →" in err
 
+    def test_export_follow_keeps_its_terminal_when_the_file_is_made_again(self, tmp_path):
+        """A file replaced under `export --follow` is said on the command's own stderr; its
+        output is never moved into a sidecar log (only a trainer's sidecar writes one)."""
+        path = tmp_path / "rollout_trace.jsonl"
+        line = (b'{"t": 1.0, "run_id": "r", "event": "group.reserve", "group_id": "g", '
+                b'"prompt_id": 1, "size": 1, "weight_version": 0}\n')  # fmt: skip
+        path.write_bytes(line)
+        with OtlpReceiver("grpc") as rx:
+            follower = subprocess.Popen(
+                [sys.executable, "-m", "otel_rollout", "export", str(path), "--follow"],
+                env=clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=rx.endpoint),
+                stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            time.sleep(1.5)
+            path.unlink()
+            path.write_bytes(line.replace(b'"r"', b'"r2"'))
+            time.sleep(1.5)
+            follower.send_signal(signal.SIGTERM)
+            _, err = follower.communicate(timeout=30)
+        assert follower.returncode == 0, err
+        assert "was replaced; following the new file" in err
+        assert not (tmp_path / "rollout_trace.jsonl.sidecar.log").exists()
+
 
 class TestScrapeAfterTheRun:
     def test_every_scrape_after_a_run_ends_is_valid_exposition(self, tmp_path, monkeypatch):
