@@ -45,8 +45,9 @@ __all__ = [
 BATCH_AGE_TOKENS_METRIC = "batch_age/trained_tokens"
 BATCH_AGE_VERSION_SUM_METRIC = "batch_age/token_version_sum"
 
-#: The only event kinds batch age needs; readers may skip every other line unparsed.
-BATCH_AGE_EVENTS = frozenset({"group.seal", "train.step"})
+#: The only event kinds batch age needs; readers may skip every other line unparsed.  A
+#: ``run.start`` says which run a line is (a forked child's lines are its parent's run).
+BATCH_AGE_EVENTS = frozenset({"group.seal", "train.step", "run.start"})
 
 #: Token ages reported separately; the last bucket holds this age and older.
 AGE_BUCKETS = (0, 1, 2, 3)

@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 from otel_rollout.analysis import StepAges, run_file
-from otel_rollout.cost import analyze_file
+from otel_rollout.cost import CostAnalysis, analyze_file
 from otel_rollout.reader import read_events
 from otel_rollout.staleness import staleness_file
 from otel_rollout.trace import batch_age_by_step
@@ -28,7 +28,8 @@ _CONTROLLER = textwrap.dedent(
         kids = []
         for k, g in enumerate(groups):
             t.emit("group.reserve", group_id=g, prompt_id=k, size=2, weight_version=step)
-            t.flush()
+            if step or k:  # the first fork right away: the child's run.start may come first
+                t.flush()
             pid = os.fork()
             if pid == 0:  # the worker: two attempts of the group, as its own run
                 for i in range(2):
@@ -84,3 +85,59 @@ def test_a_later_run_without_a_parent_is_still_a_restore(tmp_path) -> None:
         f.write(json.dumps(later) + "\n")
     report = analyze_file(path)
     assert len(report.runs) == 2 and len(report.boundaries) == 1
+
+
+def test_a_child_whose_run_start_comes_first_is_still_its_parents_run(tmp_path) -> None:
+    """Forked at once, with nothing flushed, a child's run.start may reach the file before its
+    parent's (its writer won the race): still one run, the parent's, and a stop only where a
+    run with no parent begins."""
+
+    def ev(t: float, run: str, kind: str, **fields: object) -> dict:
+        return {"t": t, "run_id": run, "event": kind, **fields}
+
+    group = {"group_id": "g", "prompt_id": 1}
+    ids = {**group, "attempt_id": "a", "generation_index": 0}
+    lines = [
+        ev(1.1, "C", "run.start", schema=1, pid=2, parent_run_id="P"),
+        ev(1.0, "P", "run.start", schema=1, pid=1),
+        ev(1.2, "C", "attempt.dispatch", weight_version=0, **ids),
+        ev(1.3, "P", "group.reserve", size=1, weight_version=0, **group),
+        ev(1.4, "C", "attempt.seal", tokens=7, **ids),
+        ev(1.5, "P", "group.seal", tokens=7, tokens_by_version={"0": 7}, **group),
+        ev(1.6, "P", "train.step", step=0, trained_version=1, group_ids=["g"]),
+    ]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in lines))
+    report = analyze_file(path)
+    assert report.runs == ["P"] and report.boundaries == []
+    assert report.ledger == {"generated": 7, "trained": 7, "wasted": {}, "pending": 0}
+    [rows] = run_file(path, [StepAges()])
+    assert [(row.step, row.run_id) for row in rows] == [(0, "P")]
+    with open(path, "a") as f:  # a run with no parent: the next run, a stop
+        f.write(json.dumps(ev(9.0, "Q", "run.start", schema=1, pid=3)) + "\n")
+    assert analyze_file(path).runs == ["P", "Q"]
+
+
+def test_a_child_writing_after_a_later_run_began_is_left_out_and_said(tmp_path) -> None:
+    """A forked child that outlives its parent's run (a later run restored since) is said
+    once and not read: the later run is not stopped at each of its lines."""
+
+    def ev(t: float, run: str, kind: str, **fields: object) -> dict:
+        return {"t": t, "run_id": run, "event": kind, **fields}
+
+    lines = [
+        ev(1, "P", "run.start", schema=1, pid=1),
+        ev(2, "C", "run.start", schema=1, pid=2, parent_run_id="P"),
+        ev(3, "P", "group.reserve", group_id="g", prompt_id=1, size=1, weight_version=0),
+        ev(4, "Q", "run.start", schema=1, pid=3),
+        ev(5, "C", "group.admit", group_id="g", prompt_id=1),
+        ev(6, "Q", "group.reserve", group_id="h", prompt_id=2, size=1, weight_version=0),
+        ev(7, "C", "group.admit", group_id="g", prompt_id=1),
+    ]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in lines))
+    said: list[tuple[object, str]] = []
+    [report] = run_file(path, [CostAnalysis()], on_warning=lambda w, m: said.append((w, m)))
+    assert report.runs == ["P", "Q"] and len(report.boundaries) == 1
+    assert said == [(5, "run C, a forked child of run P, wrote after a later run began; "
+                        "its lines from here on are not read")]  # fmt: skip

@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import events
 from ..reader import MAX_WARNINGS, EventReader, EventStream, Progress
-from .state import IN_FLIGHT, State, Stop
+from .state import State, Stop
 
 __all__ = ["Analysis", "Engine", "OnWarning", "run_events", "run_file"]
 
@@ -79,12 +79,8 @@ class Engine:
             else:
                 kinds |= analysis.kinds
         self._stops = [a.stop for a in self.analyses if type(a).stop is not Analysis.stop]
-        if kinds is not None and (self._stops or kinds & IN_FLIGHT):
-            # Runs matter (work in flight dies at a stop): a forked child's run.start ties its
-            # lines to its parent's run (State.of_run).  Batch age alone reads no run.start:
-            # which run a step's seals came from changes no age, and the search of every
-            # block for it was 8% of batch-age's instructions a line (callgrind).
-            kinds.add("run.start")
+        if kinds is not None:  # a forked child's run.start ties its lines to its parent's run
+            kinds.add("run.start")  # (State.root_of); a few lines in any file
         self.kinds = frozenset(kinds) if kinds is not None else None
         table: dict[str, list[Callable[[Any], None]]] = {}
         for analysis in self.analyses:
@@ -116,21 +112,30 @@ class Engine:
         for item in batches:
             self._batch = item
             for e in item[0]:
-                if e.run_id != run_id and not state.of_run(e, run_id):
-                    if run is not None:
-                        run.last_t = last_t
-                    stop = state.begin(e)
-                    run, run_id, last_t = state.run, e.run_id, e.t
-                    if stop is not None:
-                        for hook in stops:
-                            hook(stop)
-                else:
+                if e.run_id == run_id:
                     # One string object per run for every record an analysis keeps (a
                     # group's run, say): the decoder makes one per line, and on the 1M-line
                     # bench trace the copies held by the report's pass were ~10 MB.
                     e.run_id = run_id
                     if e.t > last_t:
                         last_t = e.t
+                else:
+                    root = state.root_of(e)  # a forked child's lines are its parent's run
+                    if root == run_id:
+                        e.run_id = run_id
+                        if e.t > last_t:
+                            last_t = e.t
+                    elif state.orphaned(e, root):
+                        continue  # a child whose parent's run a later run replaced
+                    else:
+                        if run is not None:
+                            run.last_t = last_t
+                        e.run_id = root
+                        stop = state.begin(e)
+                        run, run_id, last_t = state.run, root, e.t
+                        if stop is not None:
+                            for hook in stops:
+                                hook(stop)
                 handlers = table.get(e.__class__)
                 if handlers is not None:
                     if handlers.__class__ is tuple:

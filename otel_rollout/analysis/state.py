@@ -19,7 +19,6 @@ from .carry import Carries
 from .records import Attempt, Group, Key, Run, Step, Stop
 
 __all__ = [
-    "IN_FLIGHT",
     "Attempt",
     "Group",
     "Key",
@@ -44,7 +43,7 @@ def never_sealed(step: int, group_ids: Iterable[str], sealed: Container[str]) ->
 Warn = Callable[[Any, str], None]  # (the event, the problem)
 
 #: The kinds that put attempts and groups in flight, or take them out.
-IN_FLIGHT = frozenset(
+_IN_FLIGHT = frozenset(
     {"attempt.dispatch", "attempt.resume", "attempt.seal", "attempt.refuse",
      "attempt.abandon", "group.reserve", "group.discard"}
 )  # fmt: skip
@@ -69,6 +68,7 @@ class State:
         self._age: Any = None
         self.epochs: dict[str, int] = {}  # group_id → epoch, kept while attempts may name it
         self.family: dict[str, str] = {}  # a forked child's run_id → its first ancestor's
+        self._orphans: set[str] = set()  # children whose parent's run ended, told of once
         #: Finished work a resumed run carried into groups of its own (see carry.py).
         self.carries = Carries(self.groups)
         self._apply: dict[str, Callable[[Any], None]] = {
@@ -98,7 +98,7 @@ class State:
         if kinds is None:
             return dict(self._apply)
         apply = {kind: handler for kind, handler in self._apply.items() if kind in kinds}
-        if not kinds & IN_FLIGHT:
+        if not kinds & _IN_FLIGHT:
             # Seals and steps without the kinds that put work in flight (batch age's read):
             # no group to follow, only its counts and the steps (the Group made per seal
             # was ~15% of the pass).
@@ -115,18 +115,31 @@ class State:
             epoch = self.epochs.get(e.group_id, 0)
         return (epoch, e.prompt_id, e.generation_index)
 
-    def of_run(self, e: Any, run_id: str | None) -> bool:
-        """Whether ``e``, of another ``run_id``, belongs to the run ``run_id`` all the same:
-        it is a forked child's (a child writes the same log under a run_id of its own, and
-        its ``run.start`` names its ``parent_run_id``).  Its lines, between the parent's, are
-        the parent's run, not a stop and restore at every switch."""
+    def root_of(self, e: Any) -> str:
+        """The run ``e`` belongs to: its own, or for a forked child's line the first
+        ancestor's.  A child writes the parent's log under a run_id of its own, and its
+        ``run.start`` names its ``parent_run_id``; its lines, however they interleave with
+        the parent's (or come first), are the parent's run, not a stop at every switch."""
         root = self.family.get(e.run_id)
-        if root is None:
-            parent = getattr(e, "parent_run_id", None)  # only run.start carries one
-            if parent is None or run_id is None or self.family.get(parent, parent) != run_id:
-                return False
-            root = self.family[sys.intern(e.run_id)] = run_id
-        return root == run_id
+        if root is not None:
+            return root
+        parent = getattr(e, "parent_run_id", None)  # only run.start carries one
+        if parent is None:
+            return e.run_id
+        root = self.family[sys.intern(e.run_id)] = self.family.get(parent, parent)
+        return root
+
+    def orphaned(self, e: Any, root: str) -> bool:
+        """Whether ``e`` is a forked child's whose parent's run has ended (a later run began
+        since): said once for each such child, and not read (it would stop the run in
+        flight at every line)."""
+        if root == e.run_id or not any(r.run_id == root for r in self.runs):
+            return False
+        if e.run_id not in self._orphans:
+            self._orphans.add(e.run_id)
+            self.warn(e, f"run {e.run_id}, a forked child of run {root}, wrote after a later "
+                         "run began; its lines from here on are not read")  # fmt: skip
+        return True
 
     def begin(self, e: Any) -> Stop | None:
         """A new run's first event: start it, and return the stop of the run before."""
