@@ -17,7 +17,6 @@ __all__ = [
     "GZIP_MAGIC",
     "LazyLines",
     "chunks",
-    "contains",
     "is_gzipped",
     "kind_pattern",
     "locator",
@@ -33,10 +32,9 @@ _CHUNK = 1 << 17  # small enough that a block and its events stay in the CPU cac
 
 
 try:
-    from ._scan import contains as _compiled_contains
     from ._scan import scan as _compiled_scan
 except ImportError:  # installed without a C compiler: the Python scan below
-    _compiled_scan = _compiled_contains = None
+    _compiled_scan = None
 
 Found = list[tuple[int, bytes]]
 
@@ -50,14 +48,6 @@ def scan(
     if _compiled_scan is not None and not any(b"\n" in name for name in pattern):
         return _compiled_scan(chunk, start, end, pattern, first)
     return python_scan(chunk, start, end, pattern, first)
-
-
-def contains(data: bytes, needles: tuple[bytes, ...]) -> bool:
-    """Whether ``data`` holds any of ``needles``: in C if it was built (memmem), else with
-    ``in`` (~10× as long for needles ending in a character as common as a quote)."""
-    if _compiled_contains is not None:
-        return bool(_compiled_contains(data, needles))
-    return any(needle in data for needle in needles)
 
 
 def python_scan(

@@ -1,7 +1,6 @@
 /* The reader's line finder in C: an optional accelerator of _blocks.scan.
  *
  * scan(chunk, start, end, needles, first) -> (found, newlines)
- * contains(data, needles) -> bool
  *
  *   found:    [(offset, line), ...] for each line of chunk[start:end] that contains
  *             one of needles (and the line at start when first is true), in file order;
@@ -125,37 +124,10 @@ done:
     return result;
 }
 
-/* contains(data, needles) -> bool: whether data holds any of needles.  The reader asks
- * this of every block decoded at once (a version key "-0" that msgspec would read as 0);
- * bytes.__contains__ took ~95 us a 128 KB block for needles ending in '"', memmem ~10. */
-static PyObject *contains(PyObject *self, PyObject *args)
-{
-    Py_buffer data;
-    PyObject *needles;
-    if (!PyArg_ParseTuple(args, "y*O!", &data, &PyTuple_Type, &needles))
-        return NULL;
-    Py_ssize_t count = PyTuple_GET_SIZE(needles);
-    int found = 0;
-    for (Py_ssize_t i = 0; i < count && !found; i++) {
-        PyObject *needle = PyTuple_GET_ITEM(needles, i);
-        if (!PyBytes_Check(needle)) {
-            PyBuffer_Release(&data);
-            PyErr_SetString(PyExc_TypeError, "needles must be bytes");
-            return NULL;
-        }
-        Py_ssize_t n = PyBytes_GET_SIZE(needle);
-        found = n == 0 || memmem(data.buf, data.len, PyBytes_AS_STRING(needle), n) != NULL;
-    }
-    PyBuffer_Release(&data);
-    return PyBool_FromLong(found);
-}
-
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
      "scan(chunk, start, end, needles, first) -> (found, newlines): the lines of "
      "chunk[start:end] holding a needle, as (offset, line), and its newline count."},
-    {"contains", contains, METH_VARARGS,
-     "contains(data, needles) -> bool: whether data holds any of the needles (bytes)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -27,7 +27,6 @@ from typing import Any, ClassVar, Union
 import msgspec
 
 from . import schema
-from ._blocks import contains
 
 __all__ = [
     "DECODER",
@@ -118,15 +117,9 @@ def decode(line: bytes) -> Any:
         check_utf8(line)
     zeros = getattr(_ZERO_KEYS, "n", 0)  # zero_keys(), inline: once a found line
     event = DECODER.decode(line)
-    if getattr(_ZERO_KEYS, "n", 0) != zeros and not fast_path_agrees(line):
-        raise msgspec.DecodeError("a version key msgspec and validate read apart")
+    if getattr(_ZERO_KEYS, "n", 0) != zeros:  # a version key 0: maybe written "-0"
+        raise msgspec.DecodeError("a version key 0, checked by validate's rules")
     return event
-
-
-#: What a line holds where msgspec's integer keys differ from ``validate``: a version key
-#: ``"-0"`` (msgspec reads 0, ``validate`` refuses the sign), or one whose minus is written
-#: as an escape.
-_KEYS_READ_APART = (b'"-0"', b"\\u002")
 
 
 #: Seals decoded so far with a version key 0, by thread (see :func:`zero_keys`).
@@ -134,18 +127,14 @@ _ZERO_KEYS = threading.local()
 
 
 def zero_keys() -> int:
-    """How many seals this thread has decoded with a version key 0: msgspec reads a key
-    ``"-0"`` as 0 too, so a block whose decoding raised this count is searched for one
-    (:func:`fast_path_agrees`); a block that did not needs no search (searching every block
-    took ~10% of ``staleness``)."""
+    """How many seals this thread has decoded with a version key 0.  msgspec reads a key
+    ``"-0"`` as 0 too (``"-\\u0030"`` and other escapes alike), where ``validate`` refuses
+    it: a line or block whose decoding raised this count takes the slow path, the
+    validator's rules (:func:`from_line`).  Version 0 is a run's first few steps, so that
+    path is rare; searching every block's bytes for "-0" instead took ~10% of
+    ``staleness`` and missed escapes."""
     n: int = getattr(_ZERO_KEYS, "n", 0)
     return n
-
-
-def fast_path_agrees(data: bytes) -> bool:
-    """False for bytes holding a version key msgspec and ``validate`` read apart (see
-    :data:`_KEYS_READ_APART`): such lines take :func:`from_line`'s slow path."""
-    return not contains(data, _KEYS_READ_APART)
 
 
 def check_utf8(data: bytes | memoryview) -> None:

@@ -206,8 +206,8 @@ class EventReader:
             lines = self._typed_lines.decode(array)
         except _TYPED_ERRORS:
             return None
-        if events.zero_keys() != zeros and not events.fast_path_agrees(array):
-            return None  # a version key "-0" in the block (see events.zero_keys)
+        if events.zero_keys() != zeros:
+            return None  # a version key 0, maybe written "-0": line by line (events.zero_keys)
         if len(lines) != chunk.count(b"\n", start, end):
             return None  # a line with "],[" in it made two rows: it is no event
         decoded = [line[0] for line in lines]

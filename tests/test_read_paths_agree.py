@@ -81,7 +81,7 @@ def test_a_line_holding_two_rows_is_skipped_in_a_whole_block(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("pad", [0, 3000], ids=["alone", "in a block decoded at once"])
-@pytest.mark.parametrize("key", [b'"-0"', b'"\\u002d0"'])
+@pytest.mark.parametrize("key", [b'"-0"', b'"\\u002d0"', b'"-\\u0030"'])
 def test_a_signed_version_key_is_skipped_by_every_reader(tmp_path, scanner, key, pad) -> None:
     """A version key ``"-0"`` (msgspec alone would read it as 0) is an error to ``validate``
     and skipped by every reader, however the minus is written, wherever it stands."""

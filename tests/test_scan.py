@@ -54,20 +54,6 @@ def test_compiled_scan_equals_python_scan(lines, trailing, cut, needles, first):
 
 
 @needs_compiled
-@settings(max_examples=400)
-@given(
-    data=st.lists(st.one_of(st.sampled_from(_NAMES), st.binary(max_size=12)), max_size=8).map(
-        b"".join
-    ),
-    needles=st.lists(st.one_of(st.sampled_from(_NAMES), st.binary(max_size=4)), max_size=3),
-)
-def test_compiled_contains_equals_in(data, needles):
-    """Whether any needle is in the data: C's memmem and Python's ``in`` agree, an empty
-    needle included."""
-    assert _blocks._compiled_contains(data, tuple(needles)) == any(n in data for n in needles)
-
-
-@needs_compiled
 def test_compiled_scan_refuses_what_it_cannot_search():
     """A window outside the block, or a needle with a newline, is an error, not a wrong
     answer (the Python wrapper never passes a newline: it searches those itself)."""
