@@ -185,14 +185,16 @@ def test_a_short_line_limit_skips_every_longer_line_wherever_it_stands(tmp_path,
 
 def test_control_characters_from_a_trace_never_reach_the_terminal(tmp_path, cli) -> None:
     """A group or run ID holding ESC ] 0 ; ... BEL (which retitles a terminal) is shown
-    escaped in warnings, tables and the watch screen."""
+    escaped in warnings, errors, tables and the watch screen."""
     evil = "g\x1b]0;PWNED\x07"
-    lines = [{**START, "run_id": "r\x1b[2J"}, {**step(1, [evil]), "run_id": "r\x1b[2J"}]
+    run = {"run_id": "r\x1b[2J"}
+    lines = [{**START, **run}, {**step(1, [evil]), **run}, {**step(2, [evil, evil]), **run}]
     path = write(tmp_path / "t.jsonl", [orjson.dumps(e) for e in lines])
-    for args in (("batch-age", "--full-ids"), ("cost",), ("staleness",), ("watch", "--once")):
+    for args in (("batch-age", "--full-ids"), ("cost",), ("staleness",), ("watch", "--once"),
+                 ("validate",)):  # fmt: skip
         proc = cli(*args, str(path))
         shown = proc.stdout + proc.stderr
-        assert proc.returncode == 0, (args, proc.stderr)
+        assert proc.returncode == (1 if args == ("validate",) else 0), (args, proc.stderr)
         assert "\x1b" not in shown and "\x07" not in shown, args
     assert "g\\x1b]0;PWNED\\x07" in cli("batch-age", str(path)).stderr
 

@@ -10,7 +10,7 @@ from typing import Any
 from ..analysis.state import never_sealed
 from ..events import problems
 from ..reader import TORN_LINE
-from ..render.words import counted
+from ..render.words import counted, printable
 from ._common import check_is_trace, non_negative_int, print_json, trace_argument, trace_reader
 
 _UNKNOWN = "unknown event kind"
@@ -132,7 +132,7 @@ class _Report:
             line = {"line": lineno, "severity": severity, "problem": message}
             print_json(line)
         else:
-            sys.stdout.write(f"{self.path}:{lineno}: {severity}: {message}\n")
+            sys.stdout.write(printable(f"{self.path}:{lineno}: {severity}: {message}") + "\n")
 
 
 def _aside(invalid: int, unknown: int) -> str:
