@@ -141,13 +141,14 @@ def test_tokens_past_a_float_are_read_by_every_text_and_json_view(tmp_path, cli)
 
 
 def test_times_past_a_float_in_microseconds_are_drawn_at_a_bound(tmp_path, cli):
-    """A ``t`` or ``duration_s`` of 1e303 (valid) puts the timeline's slices at a bound
-    instead of raising; the file is still a trace-event document."""
+    """A ``t`` of 1e200 or a ``duration_s`` of 1e303 (valid) puts the timeline's slices at a
+    bound instead of raising or writing a 200-digit duration; the file is still a
+    trace-event document."""
     b = TraceBuilder(run_id="r1")
     b.event("weights.sync", replaced_version=0, new_version=1, duration_s=1e303)
     ids = {"attempt_id": "a1", "group_id": "g1", "prompt_id": 1, "generation_index": 0}
     b.event("attempt.dispatch", weight_version=0, **ids)
-    b.events.append({**b.events[-1], "t": 1.7e308, "event": "attempt.seal", "tokens": 3})
+    b.events.append({**b.events[-1], "t": 1e200, "event": "attempt.seal", "tokens": 3})
     del b.events[-1]["weight_version"]
     b.event("train.step", step=1, trained_version=2, group_ids=[], t=1e303)
     path = tmp_path / "t.jsonl"
@@ -157,4 +158,5 @@ def test_times_past_a_float_in_microseconds_are_drawn_at_a_bound(tmp_path, cli):
     doc = json.loads((tmp_path / "t.json").read_text())
     times = [e["ts"] for e in doc["traceEvents"] if e["ph"] != "M"]
     assert times and all(abs(ts) <= 10**18 for ts in times)
+    assert all(e.get("dur", 0) <= 2 * 10**18 for e in doc["traceEvents"])  # finite t too
     assert any(e["ph"] == "X" and e["cat"] == "attempt" for e in doc["traceEvents"])

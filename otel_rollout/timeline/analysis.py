@@ -293,10 +293,10 @@ class Timeline(Analysis):
         start, lane, version = record[0], record[1], record[2]
         heapq.heappush(rv.free, lane)
         t0 = self._t0
-        try:
+        if -_FAR <= start - t0 <= _FAR and -_FAR <= t - t0 <= _FAR:
             ts = int((start - t0) * 1e6)
             end = int((t - t0) * 1e6)
-        except OverflowError:  # a time past a float's range in microseconds
+        else:  # an absurd time (1e200 s): drawn at the bound, as every other event is
             ts, end = micros(start - t0), micros(t - t0)
         self._fast += 1
         name = self._names.get(version)
