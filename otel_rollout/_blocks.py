@@ -137,8 +137,9 @@ def chunks(
 
     Blocks are not copied: a line split across reads is yielded as its own
     small block.  The block with ``final`` set is an unterminated tail, a torn
-    last line.  A line longer than ``max_line`` is never held whole: its bytes
-    are passed over and ``on_long(length)`` is called where it ends.  For a
+    last line.  A line longer than ``max_line`` (without its newline, as the
+    follower of a growing file counts it) is never held whole: its bytes are
+    passed over and ``on_long(length)`` is called where it ends.  For a
     compressed stream (``broken`` given), a truncated or corrupt end stops the
     blocks and is noted in ``broken`` rather than raised.
     """
@@ -154,7 +155,7 @@ def chunks(
             broken.append(str(exc) or type(exc).__name__)
             block = b""
         if not block:
-            if too_long:
+            if too_long or held > max_line:  # a last line with no newline, over the limit
                 on_long(held)
             elif pieces:
                 joined = b"".join(pieces)
@@ -172,8 +173,8 @@ def chunks(
                 continue
             start = newline + 1
             held += start
-            if too_long or held > max_line:
-                on_long(held)
+            if too_long or held - 1 > max_line:  # its length without the newline
+                on_long(held - 1)
             else:
                 pieces.append(block[:start])
                 joined = b"".join(pieces)
@@ -200,10 +201,10 @@ def _around_long(
     find = block.find
     while at < end:
         stop = find(b"\n", at, end) + 1
-        if stop - at > max_line:
+        if stop - at - 1 > max_line:  # its length without the newline, as everywhere
             if at > piece:
                 yield block, piece, at, False
-            on_long(stop - at)
+            on_long(stop - at - 1)
             piece = stop
         at = stop
     if end > piece:

@@ -164,21 +164,23 @@ def test_a_first_line_of_an_unknown_kind_is_still_a_trace(tmp_path, cli) -> None
 
 @pytest.mark.parametrize("how", ["typed", "dicts", "by kind"])
 def test_a_short_line_limit_skips_every_longer_line_wherever_it_stands(tmp_path, how) -> None:
-    """With a limit shorter than a read, each longer line is skipped with its own number,
-    not only one that crosses a read."""
+    """With a limit shorter than a read, each longer line (newline aside) is skipped with its
+    own number, not only one that crosses a read; a last line with no newline too."""
     lines = [orjson.dumps(START)]
     for n in range(4000):  # several reads; every seventh step is long
         pad = {"pad": "x" * 400} if n % 7 == 3 else {}
         lines.append(orjson.dumps({**step(n, []), **pad}))
     path = write(tmp_path / "t.jsonl", lines)
-    long = [i + 1 for i, line in enumerate(lines) if len(line) + 1 > 300]
+    lines.append(orjson.dumps({**step(9999, []), "pad": "x" * 400}))  # last, no newline
+    path.write_bytes(path.read_bytes() + lines[-1])
+    long = [i + 1 for i, line in enumerate(lines) if len(line) > 300]  # newlines aside
     skipped: list[int] = []
     options = {"typed": {"typed": True}, "dicts": {}, "by kind": {"kinds": {"train.step"}}}[how]
     reader = EventReader(path, max_line_bytes=300, on_skip=lambda n, why: skipped.append(n),
                          **options)  # type: ignore[arg-type]  # fmt: skip
     got = [e["step"] if isinstance(e, dict) else e.step for e in reader if
            (e["event"] if isinstance(e, dict) else e.event) == "train.step"]  # fmt: skip
-    assert skipped == long and len(long) == len(range(3, 4000, 7))
+    assert skipped == long and len(long) == len(range(3, 4000, 7)) + 1
     assert got == [n for n in range(4000) if n % 7 != 3]
     assert reader.lines == len(lines)
 
