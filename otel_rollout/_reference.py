@@ -40,7 +40,7 @@ class _OneLine(logging.Formatter):
         head = f"{self._PREFIX}{record.levelname}: "
         if line.startswith(head + self._PREFIX):
             line = head + line[len(head) + len(self._PREFIX) :]
-        return printable(line)
+        return printable(line, newlines=record.exc_info is not None)  # a traceback's lines
 
 
 def setup_logging() -> None:

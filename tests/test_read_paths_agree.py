@@ -214,3 +214,22 @@ def test_a_number_past_a_float_is_named_alike_by_validate_and_the_readers(tmp_pa
         said = cli(command, str(path)).stderr
         assert "t.jsonl:2: not an event: number out of range (past a float); skipped" in said
         assert "$[" not in said
+
+
+def test_a_traceback_keeps_its_lines_while_its_message_is_escaped() -> None:
+    """The CLI's log line escapes a message's control characters, but a logged exception's
+    traceback stays on its own lines."""
+    import logging
+    import sys
+
+    from otel_rollout._reference import _OneLine
+
+    try:
+        raise ZeroDivisionError("x")
+    except ZeroDivisionError:
+        exc_info = sys.exc_info()
+    record = logging.LogRecord("otel_rollout", logging.ERROR, __file__, 1, "boom \x1b[2J",
+                               None, exc_info)  # fmt: skip
+    shown = _OneLine("otel-rollout: %(levelname)s: %(message)s").format(record)
+    assert shown.startswith("otel-rollout: ERROR: boom \\x1b[2J\nTraceback (most recent call")
+    assert "\x1b" not in shown

@@ -18,7 +18,12 @@ def counted(n: int, noun: str, nouns: str | None = None) -> str:
 _CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
 
 
-def printable(text: str) -> str:
-    """``text`` with its control characters written as ``\\xNN`` escapes (newlines too: a
-    warning is one line)."""
-    return text.translate(_CONTROLS) if not text.isprintable() else text
+_CONTROLS_BUT_NEWLINES = {c: e for c, e in _CONTROLS.items() if c != 0x0A}
+
+
+def printable(text: str, newlines: bool = False) -> str:
+    """``text`` with its control characters written as ``\\xNN`` escapes (newlines too, a
+    warning being one line, unless ``newlines``: a traceback's)."""
+    if text.isprintable():
+        return text
+    return text.translate(_CONTROLS_BUT_NEWLINES if newlines else _CONTROLS)
