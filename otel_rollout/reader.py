@@ -170,6 +170,22 @@ class EventReader:
             self._skip(lineno, events.parse_problem(error), torn, line)
         return None
 
+    def _not_asked_for(self, line: bytes) -> bool:
+        """Whether a line found by kind, that does not decode, holds none of the kinds asked
+        for: it was found by its backslash alone (see ``kind_pattern``), and a reader that
+        reads a few kinds says nothing of other kinds' lines, valid or not."""
+        kinds = self.kinds
+        if kinds is None or self.first_line_is_event is None or b"\\" not in line:
+            return False  # (the file's first line is always looked at: is it a trace?)
+        if any(kind.encode() in line for kind in kinds):
+            return False
+        try:
+            value = events.decode_plain(line)
+        except _TYPED_ERRORS:
+            return True  # no JSON: no kind at all
+        kind = value.get("event") if value.__class__ is dict else None
+        return not (kind.__class__ is str and kind in kinds)
+
     def _decoder(self) -> tuple[Callable[[bytes], Any], tuple[type[Exception], ...]]:
         """The line decoder and what it raises for a bad line (RecursionError for very
         deep nesting)."""
@@ -380,6 +396,8 @@ class EventReader:
             try:
                 event = loads(line)
             except decode_error as exc:
+                if found is not None and self._not_asked_for(line):
+                    continue  # found by its backslash alone, and of no kind asked for
                 event = self._recover(where(n) if where else n, line, exc, final)
                 first = self.first_line_is_event is None
                 if event is None:

@@ -233,3 +233,19 @@ def test_a_traceback_keeps_its_lines_while_its_message_is_escaped() -> None:
     shown = _OneLine("otel-rollout: %(levelname)s: %(message)s").format(record)
     assert shown.startswith("otel-rollout: ERROR: boom \\x1b[2J\nTraceback (most recent call")
     assert "\x1b" not in shown
+
+
+def test_reading_a_few_kinds_says_nothing_of_other_kinds_lines_with_a_backslash(tmp_path, scanner):
+    """A reader of seals and steps warns of no other kind's bad line, backslash or not (a
+    backslash makes a line a candidate for an escaped kind); an escaped seal's is warned of."""
+    bad_seal = {"t": 3.0, "run_id": "r1", "event": "attempt.seal", "attempt_id": "a\\b",
+                "group_id": "g1", "prompt_id": 1, "generation_index": 0, "tokens": -1}  # fmt: skip
+    escaped = orjson.dumps({**seal("g2", {"0": 10}), "tokens": -10})
+    escaped = escaped.replace(b"group.seal", b"group\\u002eseal")
+    lines = [orjson.dumps(START), orjson.dumps(bad_seal), b"not json \\ at all", escaped,
+             orjson.dumps(step(1, []))]  # fmt: skip
+    path = write(tmp_path / "t.jsonl", lines)
+    said: list[int] = []
+    batch_age_by_step(read_events(path), on_malformed=lambda e, why: said.append(e["where"]))
+    assert said == [4]
+    assert validate(path).stdout.count(": error:") == 3  # validate reads every line
