@@ -134,3 +134,26 @@ def test_an_event_whose_kind_is_no_string_changes_no_row() -> None:
     b.step(0, 1, ["g"])
     events = [{"t": 1.0, "run_id": "r", "event": ["group.seal"]}, *b.events]
     assert [(run_id, step) for run_id, step, _ in RowBuilder().feed(events)] == [("r", 0)]
+
+
+def test_a_forked_childs_counts_are_its_parents_run() -> None:
+    """Attempts a forked rollout worker sealed (its lines under its own run_id) count in its
+    parent's step rows, one tracker run for the one run."""
+    parent = TraceBuilder("P")
+    child = {"run_id": "C"}
+    events = list(parent.events)
+    events.append({"t": 0.5, "event": "run.start", "schema": 1, "pid": 2,
+                   "parent_run_id": "P", **child})  # fmt: skip
+    parent.event("group.reserve", group_id="g", prompt_id=1, size=2, weight_version=0)
+    events += parent.events[-1:]
+    for i in range(2):
+        ids = {"attempt_id": f"a{i}", "group_id": "g", "prompt_id": 1, "generation_index": i}
+        events.append({"t": 1.0 + i, "event": "attempt.dispatch", "weight_version": 0,
+                       **ids, **child})  # fmt: skip
+        events.append({"t": 1.5 + i, "event": "attempt.seal", "tokens": 5, **ids, **child})
+    parent.sealed_group("g", {0: 10})
+    parent.step(0, 1, ["g"])
+    events += parent.events[-2:]
+    rows = RowBuilder(None).feed(events)
+    assert [(run_id, step) for run_id, step, _ in rows] == [("P", 0)]
+    assert rows[0][2]["rollout/attempts_sealed"] == 2

@@ -191,6 +191,7 @@ class RowBuilder:
         self._engine.feed_events(events)  # the whole batch first: a restore's boundary too
         rows: list[Row] = []
         passed, counted, live = _PASSED, _COUNTED, self._live
+        family = self._engine.state.family  # a forked child's run → its parent's (the pass's)
         for event in events:
             kind = event.get("event")
             if kind.__class__ is not str or kind in passed:  # a list is no kind (nor hashable)
@@ -198,6 +199,7 @@ class RowBuilder:
             run_id = event.get("run_id")
             if run_id.__class__ is not str:
                 continue
+            run_id = family.get(run_id, run_id)
             run = self._run(run_id)
             try:
                 name = counted.get(kind)
