@@ -1,7 +1,7 @@
 """The timeline as one analysis of the pass: every event drawn as it is read (see the
 package's docstring for what is drawn).
 
-Longer than this project's modules usually are (~570 lines) because it is one
+Longer than this project's modules usually are (~600 lines) because it is one
 :class:`Timeline` whose handlers share the drawn run, the writer and the
 counters' clock; what stands on its own (a run's lanes, refits and segments;
 the cuts; the output format) lives in the package's other modules."""
