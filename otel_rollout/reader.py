@@ -35,7 +35,7 @@ from ._blocks import (
 from ._torn import cut_short, run_of
 from .constants import ROLLOUT_TRACE_FILENAME
 
-__all__ = ["EventReader", "EventStream", "read_events", "trace_file", "unreadable"]
+__all__ = ["EventReader", "EventStream", "read_events", "too_long", "trace_file", "unreadable"]
 
 _log = logging.getLogger("otel_rollout")
 
@@ -51,6 +51,11 @@ _TYPED_ERRORS = (msgspec.DecodeError, RecursionError)
 
 Progress = Callable[[int, int], None]
 OnSkip = Callable[[int, str], None]
+
+
+def too_long(length: int, limit: int) -> str:
+    """Why a line of ``length`` bytes is skipped, in every reader's words."""
+    return f"a line of {length:,} bytes, over the limit of {limit:,} (OTEL_ROLLOUT_MAX_LINE_BYTES)"
 
 
 class EventReader:
@@ -252,19 +257,30 @@ class EventReader:
         """The events of ``data``, whole lines read by the caller (a follower of a growing
         file), numbered from line ``before + 1``, by the same rules and in the same shape
         as :meth:`numbered_batches`; ``final``: its last line has no newline (torn)."""
+        if self.max_line_bytes < len(data):  # a line within the read may be over a short limit
+            data = self._blank_long(data, before)
         plan = self._plan(True, True)
         batch, newlines = self._block(data, 0, len(data), final, before, True, True, *plan)
         self.lines = before + newlines + final
         return self._numbered(batch)
 
+    def _blank_long(self, data: bytes, before: int) -> bytes:
+        """``data`` with each line longer than ``max_line_bytes`` blanked and skipped with its
+        number: a follower measures only a line that crosses its reads, and the file reader
+        skips every longer line (``_blocks.chunks``)."""
+        lines = data.split(b"\n")
+        limit = self.max_line_bytes
+        if all(len(line) <= limit for line in lines):
+            return data
+        for i, line in enumerate(lines):
+            if len(line) > limit:
+                self.skip_long_line(before + i + 1, len(line))
+                lines[i] = b""
+        return b"\n".join(lines)
+
     def skip_long_line(self, lineno: int, length: int) -> None:
         """Skip line ``lineno``, ``length`` bytes, over ``max_line_bytes`` (a follower's too)."""
-        self._skip(
-            lineno,
-            f"a line of {length:,} bytes, over the limit of "
-            f"{self.max_line_bytes:,} (OTEL_ROLLOUT_MAX_LINE_BYTES)",
-            False,
-        )
+        self._skip(lineno, too_long(length, self.max_line_bytes), False)
 
     def _numbered(self, batch: Any) -> tuple[list[Any], int | Sequence[int]]:
         if batch.__class__ is tuple:

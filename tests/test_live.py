@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from otel_rollout.analysis import StepAges, run_file
 from otel_rollout.cost import CostAnalysis
 from otel_rollout.live import LiveFigures, LiveTrace
+from otel_rollout.reader import EventReader
 from otel_rollout.render.live import frame_lines
 
 # Lines a hostile or damaged file holds: a torn line (a killed writer), not JSON, an event
@@ -173,4 +174,23 @@ def test_in_flight_is_the_current_runs_work(tmp_path):
     assert (frame.groups_in_flight, frame.groups_sealed) == (1, 1)
     shown = dict(frame_lines(frame))
     assert shown["in flight"].startswith("0 attempts · 1 group (1 sealed")
+    trace.close()
+
+
+def test_a_short_limit_skips_every_longer_line_as_the_file_reader_does(demo_lines, tmp_path,
+                                                                      monkeypatch):  # fmt: skip
+    """With a limit shorter than a read, a longer line within one read is skipped by the live
+    view with the line number and words the file reader gives it, not read as an event."""
+    limit = sorted(len(line) for line in demo_lines)[len(demo_lines) // 2]  # half are longer
+    monkeypatch.setenv("OTEL_ROLLOUT_MAX_LINE_BYTES", str(max(limit, 200)))
+    path = tmp_path / "rollout_trace.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for line in demo_lines[:300]))
+    from_file: list = []
+    reader = EventReader(path, typed=True, on_skip=lambda n, why: from_file.append((n, why)))
+    events = sum(len(batch) for batch, _ in reader.numbered_batches())
+    seen: list = []
+    trace = LiveTrace(path, on_warning=lambda w, why: seen.append((w, why)))
+    trace.read()
+    assert from_file and seen == [(n, f"{why}; skipped") for n, why in from_file]
+    assert trace.reader.events == events
     trace.close()

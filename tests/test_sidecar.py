@@ -452,6 +452,32 @@ class TestFollowCommand:
         assert "was replaced; following the new file" in err
         assert not (tmp_path / "rollout_trace.jsonl.sidecar.log").exists()
 
+    def test_export_follow_skips_a_line_over_a_short_limit_within_one_read(self, tmp_path):
+        """With OTEL_ROLLOUT_MAX_LINE_BYTES shorter than a read, `export --follow` skips a longer
+        line that a single read holds, with the readers' words, and exports the rest."""
+        path = tmp_path / "rollout_trace.jsonl"
+        short = (b'{"t": 1.0, "run_id": "r", "event": "group.reserve", "group_id": "g%d", '
+                 b'"prompt_id": 1, "size": 1, "weight_version": 0}')  # fmt: skip
+        long = short[:-1] + b', "pad": "' + b"x" * 400 + b'"}'
+        path.write_bytes(b"\n".join([short % 0, long % 1, short % 2]) + b"\n")
+        with OtlpReceiver("grpc") as rx:
+            follower = subprocess.Popen(
+                [sys.executable, "-m", "otel_rollout", "export", str(path), "--follow"],
+                env=clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=rx.endpoint,
+                              OTEL_ROLLOUT_MAX_LINE_BYTES="300"),
+                stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            time.sleep(2.0)
+            follower.send_signal(signal.SIGTERM)
+            _, err = follower.communicate(timeout=30)
+            groups = {OtlpReceiver.attributes(s)["rollout.group_id"] for _, s in rx.spans()}
+        assert follower.returncode == 0, err
+        size = len(long % 1)
+        assert (
+            f"a line of {size:,} bytes, over the limit of 300 (OTEL_ROLLOUT_MAX_LINE_BYTES)" in err
+        )
+        assert groups == {"g0", "g2"}
+
 
 class TestScrapeAfterTheRun:
     def test_every_scrape_after_a_run_ends_is_valid_exposition(self, tmp_path, monkeypatch):

@@ -44,7 +44,7 @@ import msgspec
 from ..events import decode_plain, from_object, parse_problem
 from ..follow import FileFollower
 from ..otel import OtelSettings
-from ..reader import MAX_WARNINGS
+from ..reader import MAX_WARNINGS, too_long
 from ._control import ControlServer, Note, send, settings_key, sidecar_log
 
 __all__ = ["Sidecar", "pid_alive"]
@@ -221,10 +221,14 @@ class Sidecar:
         """The lines' events, by the rules every reader follows (otel_rollout.events): an
         event validate calls an error is skipped with its words, an unknown kind kept."""
         events = []
-        loads, check = decode_plain, from_object
+        loads, check, limit = decode_plain, from_object, self._follower.max_line_bytes
         for line in lines:
             size = len(line) + 1
             if line.strip():
+                if len(line) > limit:  # within one read: a limit shorter than a read
+                    self._skip(offset, too_long(len(line), limit))
+                    offset += size
+                    continue
                 try:
                     event = loads(line)  # integers of any size exact, as every reader
                 except (msgspec.DecodeError, RecursionError) as exc:
