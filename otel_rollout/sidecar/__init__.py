@@ -46,6 +46,7 @@ from ..follow import FileFollower
 from ..otel import OtelSettings
 from ..reader import MAX_WARNINGS, too_long
 from ._control import ControlServer, Note, send, settings_key, sidecar_log
+from ._process import follow_log, pid_alive, writes_to
 
 __all__ = ["Sidecar", "pid_alive"]
 
@@ -59,29 +60,6 @@ _PID_CHECK = 1.0
 #: Most seconds the sidecar spends exporting what is left when it stops (a dead collector
 #: must not hold a Ctrl-C or a container's stop for minutes); a second signal ends it at once.
 FINISH_TIMEOUT = 5.0
-
-
-def pid_alive(pid: Any, started_before: float | None = None) -> bool:
-    """Whether process ``pid`` runs on this host (and, if /proc says, began before
-    ``started_before``: a later process with the same pid is not the one that wrote)."""
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, OverflowError):
-        return False
-    except PermissionError:
-        pass
-    if started_before is None:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
-        with open("/proc/stat", "rb") as f:
-            boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime"))
-    except (OSError, ValueError, IndexError, StopIteration):
-        return True
-    return boot + ticks / os.sysconf("SC_CLK_TCK") <= started_before + 1.0
 
 
 class Sidecar:
@@ -112,7 +90,7 @@ class Sidecar:
         #: Whether our stdout is the sidecar log beside the file (a sidecar a trainer
         #: started): only then does it follow the file when the file is made again, never
         #: the terminal of ``otel-rollout export --follow``.
-        self._log_is_ours = _same_file(1, sidecar_log(self.path))
+        self._log_is_ours = writes_to(sidecar_log(self.path))
         self._follower = FileFollower(self.path, offset)
         self._begin = offset  # the first byte this sidecar follows
         self._notes: SimpleQueue[Note] = SimpleQueue()
@@ -156,22 +134,6 @@ class Sidecar:
         """Ask :meth:`run` to finish (from a signal handler or another thread)."""
         self._stop.set()
 
-    def _reopen_log(self) -> None:
-        """Our stdout and stderr at ``<log>.sidecar.log`` again if that file is gone or is
-        another: a run directory deleted and made again while we lingered left them
-        writing a deleted file, and the new trainer's message named a log that was not
-        there."""
-        where = sidecar_log(self.path)
-        if not self._log_is_ours or _same_file(1, where):
-            return
-        try:
-            fd = os.open(where, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        except OSError:
-            return  # no directory to write it in (yet): keep what we have
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
-
     def run(self) -> None:
         """Follow and export until ``linger`` runs out, the file is handed over, or :meth:`stop`."""
         telemetry = self.telemetry
@@ -185,7 +147,8 @@ class Sidecar:
                     quiet_since = time.monotonic()
                 batch = self._follower.read()
                 if batch.reopened:
-                    self._reopen_log()
+                    if self._log_is_ours:
+                        follow_log(sidecar_log(self.path))
                     _log.warning("otel-rollout: %s was replaced; following the new file", self.path)
                 lines, handed = batch.lines, False
                 if self._stop_at is not None:  # handed over: nothing from the offset on is ours
@@ -434,12 +397,3 @@ def handle_signals(sidecar: Sidecar) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(ValueError):  # not the main thread: the caller stops us
             signal.signal(sig, stop)
-
-
-def _same_file(fd: int, path: Path) -> bool:
-    """Whether ``fd`` is open on the file at ``path`` (False if either is gone)."""
-    try:
-        ours, there = os.fstat(fd), os.stat(path)
-    except OSError:
-        return False
-    return (ours.st_dev, ours.st_ino) == (there.st_dev, there.st_ino)

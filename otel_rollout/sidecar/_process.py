@@ -1,0 +1,57 @@
+"""The sidecar's own process: whether a trainer it follows still runs, and where its own
+messages go."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["follow_log", "pid_alive", "writes_to"]
+
+
+def pid_alive(pid: Any, started_before: float | None = None) -> bool:
+    """Whether process ``pid`` runs on this host (and, if /proc says, began before
+    ``started_before``: a later process with the same pid is not the one that wrote)."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:
+        pass
+    if started_before is None:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
+        with open("/proc/stat", "rb") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return True
+    return boot + ticks / os.sysconf("SC_CLK_TCK") <= started_before + 1.0
+
+
+def writes_to(path: Path) -> bool:
+    """Whether this process's stdout is the file at ``path`` (False if either is gone)."""
+    try:
+        ours, there = os.fstat(1), os.stat(path)
+    except OSError:
+        return False
+    return (ours.st_dev, ours.st_ino) == (there.st_dev, there.st_ino)
+
+
+def follow_log(path: Path) -> None:
+    """Point stdout and stderr at ``path`` again if they write another file: a run directory
+    deleted and made again while a sidecar lingered left it writing a deleted log, and the
+    new trainer's message named a log that was not there."""
+    if writes_to(path):
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError:
+        return  # no directory to write it in (yet): keep what we have
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
