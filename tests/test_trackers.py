@@ -423,3 +423,21 @@ def test_log_to_warns_once_about_a_bad_line(demo_trace: Path, tmp_path: Path) ->
                           env=tracker_env(tmp_path, ""), timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stderr.count(":101: ") == 1, done.stderr
+
+
+def test_two_writers_of_one_run_in_one_second_keep_both_files(tmp_path: Path) -> None:
+    """TensorBoard names an event file by the second and the host: a second sink for the same
+    run in the same second (a log-to --again right after another) truncated the first's file.
+    Each now has its own, and TensorBoard's reader sees every step of both."""
+    from otel_rollout.trackers._sinks import TensorBoardSink
+    from otel_rollout.trackers._spec import parse_specs
+
+    [spec] = parse_specs(f"tensorboard:{tmp_path / 'tb'}")
+    first = TensorBoardSink.make(spec, "run-1")
+    first.log(0, {"rollout/batch_age": 1.0})
+    first.close()
+    second = TensorBoardSink.make(spec, "run-1")
+    second.log(1, {"rollout/batch_age": 2.0})
+    second.close()
+    assert len(list((tmp_path / "tb" / "run-1").glob("events.out.tfevents.*"))) == 2
+    assert tensorboard_runs(tmp_path / "tb")["run-1"]["rollout/batch_age"] == {0: 1.0, 1: 2.0}

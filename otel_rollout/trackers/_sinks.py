@@ -9,6 +9,7 @@ closed with it; one around your own run object only logs into it (and flushes).
 from __future__ import annotations
 
 import importlib
+import itertools
 import os
 import time
 from collections import deque
@@ -41,6 +42,10 @@ def _import(kind: str, module: str | None = None) -> Any:
         ) from None
 
 
+#: Event files this process has made (each gets its own name; see TensorBoardSink.make).
+_EVENT_FILES = itertools.count()
+
+
 class TensorBoardSink:
     """Scalars into a ``SummaryWriter`` (tensorboardX's, or ``torch.utils.tensorboard``'s)."""
 
@@ -63,7 +68,12 @@ class TensorBoardSink:
         tbx = _import("tensorboard")
         assert spec.target is not None
         logdir = Path(spec.target).expanduser() / run_id
-        return cls(tbx.SummaryWriter(logdir=str(logdir), flush_secs=1), own=True)
+        # Event files are named by the second and the host alone: a second writer into the
+        # run's directory in the same second (a log-to --again right after another) opened
+        # the first one's file with "wb" and truncated it.  The pid and a count tell them apart.
+        suffix = f".{os.getpid()}.{next(_EVENT_FILES)}"
+        writer = tbx.SummaryWriter(logdir=str(logdir), flush_secs=1, filename_suffix=suffix)
+        return cls(writer, own=True)
 
     def log(self, step: int, values: Mapping[str, float]) -> None:
         summary = self._summary
