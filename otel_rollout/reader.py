@@ -270,13 +270,11 @@ class EventReader:
         skips every longer line (``_blocks.chunks``)."""
         lines = data.split(b"\n")
         limit = self.max_line_bytes
-        if all(len(line) <= limit for line in lines):
-            return data
-        for i, line in enumerate(lines):
-            if len(line) > limit:
-                self.skip_long_line(before + i + 1, len(line))
-                lines[i] = b""
-        return b"\n".join(lines)
+        long = [i for i, line in enumerate(lines) if len(line) > limit]
+        for i in long:
+            self.skip_long_line(before + i + 1, len(lines[i]))
+            lines[i] = b""
+        return b"\n".join(lines) if long else data
 
     def skip_long_line(self, lineno: int, length: int) -> None:
         """Skip line ``lineno``, ``length`` bytes, over ``max_line_bytes`` (a follower's too)."""

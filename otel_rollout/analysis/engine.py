@@ -112,30 +112,25 @@ class Engine:
         for item in batches:
             self._batch = item
             for e in item[0]:
-                if e.run_id == run_id:
+                # A forked child's lines are its parent's run (State.root_of).
+                if e.run_id != run_id and (root := state.root_of(e)) != run_id:
+                    if state.orphaned(e, root):
+                        continue  # a child whose parent's run a later run replaced
+                    if run is not None:
+                        run.last_t = last_t
+                    e.run_id = root
+                    stop = state.begin(e)
+                    run, run_id, last_t = state.run, root, e.t
+                    if stop is not None:
+                        for hook in stops:
+                            hook(stop)
+                else:
                     # One string object per run for every record an analysis keeps (a
                     # group's run, say): the decoder makes one per line, and on the 1M-line
                     # bench trace the copies held by the report's pass were ~10 MB.
                     e.run_id = run_id
                     if e.t > last_t:
                         last_t = e.t
-                else:
-                    root = state.root_of(e)  # a forked child's lines are its parent's run
-                    if root == run_id:
-                        e.run_id = run_id
-                        if e.t > last_t:
-                            last_t = e.t
-                    elif state.orphaned(e, root):
-                        continue  # a child whose parent's run a later run replaced
-                    else:
-                        if run is not None:
-                            run.last_t = last_t
-                        e.run_id = root
-                        stop = state.begin(e)
-                        run, run_id, last_t = state.run, root, e.t
-                        if stop is not None:
-                            for hook in stops:
-                                hook(stop)
                 handlers = table.get(e.__class__)
                 if handlers is not None:
                     if handlers.__class__ is tuple:
