@@ -594,7 +594,10 @@ def test_follow_by_hand_serves_the_newest_run_once_the_one_before_is_over(
             return False
         seen["info"] = [line for line in lines if line.startswith("target_info{")]
         seen["step"] = [line for line in lines if line.startswith("rollout_step{")]
-        return any(f'service_instance_id="{last_run}"' in line for line in seen["info"])
+        # The run is served before its last step is read: wait for both, or time out.
+        return any(f'service_instance_id="{last_run}"' in line for line in seen["info"]) and any(
+            float(line.rsplit(" ", 1)[1]) == last_step for line in seen["step"]
+        )
 
     try:
         wait_for(served, 30, f"the endpoint to serve the last run {last_run}")
