@@ -78,6 +78,7 @@ def lines_of(path: Path) -> int:
 
 def figures(lines: int, only: list[str] | None = None) -> dict[str, Any]:
     """Instructions of each command on an ``lines``-line and a ``2 * lines``-line trace."""
+    read_side.installed_bytecode()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         small = synthetic_trace(tmp / "small.jsonl", lines, runs=3)

@@ -14,7 +14,6 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -433,6 +432,8 @@ def json_schema() -> dict[str, Any]:
 
 def shipped_json_schema() -> dict[str, Any]:
     """The JSON Schema file installed with the package."""
+    from importlib import resources  # imports tempfile and shutil: ~10 ms of every start-up
+
     text = resources.files("otel_rollout").joinpath("schema.json").read_bytes()
     return orjson.loads(text)
 

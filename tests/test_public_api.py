@@ -132,3 +132,51 @@ class TestImportLayers:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert out.stdout.strip() == "2 []", out.stderr
         assert "no such file" in out.stderr
+
+    def test_importing_the_package_loads_no_submodule(self):
+        """``import otel_rollout`` defers every public name to its first use (PEP 562)."""
+        code = (
+            "import sys, otel_rollout; "
+            "print(sorted(m for m in sys.modules if m.startswith('otel_rollout.')))"
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert out.stdout.strip() == "[]", out.stderr
+
+    def test_every_public_name_is_listed_by_dir(self):
+        """``dir(otel_rollout)`` shows the deferred names, so completion finds them."""
+        assert set(otel_rollout.__all__) <= set(dir(otel_rollout))
+
+    def test_an_unknown_name_raises_attribute_error(self):
+        """A name the package does not have is an AttributeError, not an ImportError."""
+        try:
+            otel_rollout.no_such_name  # noqa: B018
+        except AttributeError as exc:
+            assert "no_such_name" in str(exc)
+        else:
+            raise AssertionError("no AttributeError")
+
+    def test_a_read_command_loads_no_writer_and_no_schema_file_reader(self, tmp_path):
+        """``otel-rollout batch-age`` imports neither the writer, OpenTelemetry's settings,
+        the JSON Schema file loader nor what only a rare path needs (each is start-up time)."""
+        trace = tmp_path / "rollout_trace.jsonl"
+        trace.write_bytes(b"")
+        code = (
+            "import sys\n"
+            f"sys.argv = ['otel-rollout', 'batch-age', '--json', {str(trace)!r}]\n"
+            "from otel_rollout.cli import run\n"
+            "run()\n"
+            "print(sorted(sys.modules))"
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        loaded = set(ast.literal_eval(out.stdout.strip().splitlines()[-1]))
+        assert "otel_rollout.analysis.steps" in loaded  # the command ran
+        unwanted = {
+            "otel_rollout.trace",
+            "otel_rollout.otel",
+            "otel_rollout.exporters",
+            "opentelemetry",
+            "importlib.resources",
+            "fractions",
+            "html",
+        }
+        assert loaded & unwanted == set()

@@ -8,7 +8,6 @@ import math
 import os
 import sys
 import time
-import urllib.parse
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,6 @@ import msgspec
 import orjson
 
 from ..config import LONGEST_WAIT
-from ..exporters import jsonable
 from ..reader import EventReader, OnSkip, trace_file, unreadable
 
 
@@ -109,6 +107,8 @@ def print_json(value: Any, *, indent: bool = False) -> None:
     try:
         data = orjson.dumps(value, option=option)
     except TypeError:
+        from ..exporters import jsonable  # the writer's module: only for what orjson refuses
+
         data = orjson.dumps(jsonable(value), option=option)
     sys.stdout.buffer.write(data + b"\n")
 
@@ -175,6 +175,8 @@ def endpoint_url(raw: str) -> str:
     """An argparse type: an OTLP endpoint URL (``http://host:port`` or ``https://…``), or
     a one-line usage error (the SDK would retry a bad one for half a minute, then fail)."""
     try:
+        import urllib.parse  # only for a URL; the read commands do not need it
+
         parts = urllib.parse.urlsplit(raw)
         port = parts.port  # a port that is no number, or past 65535, raises
         ok = parts.scheme in ("http", "https") and bool(parts.hostname)
