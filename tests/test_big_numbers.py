@@ -160,3 +160,18 @@ def test_times_past_a_float_in_microseconds_are_drawn_at_a_bound(tmp_path, cli):
     assert times and all(abs(ts) <= 10**18 for ts in times)
     assert all(e.get("dur", 0) <= 2 * 10**18 for e in doc["traceEvents"])  # finite t too
     assert any(e["ph"] == "X" and e["cat"] == "attempt" for e in doc["traceEvents"])
+
+
+def test_an_age_past_a_float_is_inf_in_text_and_json(tmp_path, cli):
+    """A step trained at version 10**400 on tokens of version 0 is one age past any float:
+    the table prints ``inf`` and the JSON the string ``"inf"``, not ``null`` (which is a
+    step without tokens)."""
+    b = TraceBuilder(run_id="A")
+    b.sealed_group("g1", {0: 10})
+    b.step(0, 10**400, ["g1"])
+    b.step(1, 1, [])
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in b.events))
+    rows = [json.loads(line) for line in cli("batch-age", "--json", str(path)).stdout.splitlines()]
+    assert [r["batch_age"] for r in rows] == ["inf", None]
+    assert " inf " in cli("batch-age", str(path)).stdout

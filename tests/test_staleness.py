@@ -107,8 +107,27 @@ class TestKnownAnswers:
         record = json.loads(proc.stdout)
         assert record["steps"][0]["step"] == 0 and record["steps"][0]["trained_version"] == 2
         assert record["steps"][0]["age_tokens"] == {"1": 10}
+        assert record["length_bias"]["long_rollout_starvation"] is None  # nothing went stale
         text = cli("staleness", str(path)).stdout
         assert "long-rollout starvation" in text and "age   1:" in text
+
+    def test_an_infinite_starvation_ratio_is_inf_in_json(self, tmp_path, cli):
+        """Only the longest tenth gone stale: the ratio is ``"inf"`` in the JSON, as the text
+        says, not ``null`` (which says nothing went stale)."""
+        b = TraceBuilder(run_id="A")
+        for n in range(20):
+            gid = f"g{n}"
+            reserve(b, gid, n)
+            attempt(b, f"a{n}", gid, n, tokens=10 + n)
+            if n < 19:
+                b.event("group.seal", group_id=gid, prompt_id=n, tokens=10 + n)
+                b.step(n, n + 1, [gid])
+            else:
+                b.event("group.discard", group_id=gid, prompt_id=n, reason="stale")
+        path = b.write(tmp_path / "t.jsonl")
+        record = json.loads(cli("staleness", "--json", str(path)).stdout)
+        assert record["length_bias"]["long_rollout_starvation"] == "inf"
+        assert "long-rollout starvation: inf" in cli("staleness", str(path)).stdout
 
 
 def test_quantiles_are_nearest_rank():

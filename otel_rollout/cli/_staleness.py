@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from ..render.fields import Style
+from ..render.records import staleness_record
 from ..render.text import write_staleness
 from ..staleness import staleness_file
 from ._common import (
@@ -48,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     report = staleness_file(reader)
     check_is_trace(reader, reader.events)
     if args.json:
-        print_json(report.record(), indent=True)
+        print_json(staleness_record(report.record()), indent=True)
     else:
         write_staleness(report.record(), sys.stdout, Style(full_ids=args.full_ids))
     return 0

@@ -22,6 +22,15 @@ AGE_KEYS = [f"age{a}" for a in AGE_BUCKETS[:-1]] + [f"age{AGE_BUCKETS[-1]}+"]
 _TIMES = [f.key for f in BOUNDARY_FIELDS if f.kind == "time"]
 
 
+def json_number(value: float | None) -> float | str | None:
+    """A float as the JSON outputs write it: ±inf as the strings ``"inf"`` and ``"-inf"``,
+    as the text reports print them (JSON has no infinity; orjson writes ``null``, which
+    already means "no value": a step without tokens, a ratio of nothing)."""
+    if value is not None and value - value != 0:  # inf - inf is nan; a finite float gives 0
+        return str(value)
+    return value
+
+
 def step_record(row: StepAge) -> dict[str, Any]:
     """One step as ``batch-age --json`` prints it (shares of a step without tokens: null)."""
     return {
@@ -29,13 +38,21 @@ def step_record(row: StepAge) -> dict[str, Any]:
         "trained_version": row.trained_version,
         "groups": row.groups,
         "tokens": row.tokens,
-        "batch_age": row.batch_age,
+        "batch_age": json_number(row.batch_age),
         "token_share_by_age": {
             key: (row.share(a) if row.tokens else None)
             for key, a in zip(AGE_KEYS, AGE_BUCKETS, strict=True)
         },
         "run_id": row.run_id,
     }
+
+
+def staleness_record(record: dict[str, Any]) -> dict[str, Any]:
+    """The staleness report as ``staleness --json`` prints it (an infinite starvation ratio,
+    only long rollouts gone stale, is ``"inf"``; ``null`` is none gone stale)."""
+    bias = record["length_bias"]
+    bias["long_rollout_starvation"] = json_number(bias["long_rollout_starvation"])
+    return record
 
 
 def cost_record(report: CostReport) -> dict[str, Any]:
