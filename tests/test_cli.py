@@ -54,6 +54,23 @@ class TestReferenceMain:
 
 
 class TestBatchAge:
+    @pytest.mark.parametrize("full_ids", [False, True])
+    def test_columns_stay_aligned_past_their_usual_width(self, cli, tmp_path, full_ids):
+        """A step and a version of 10**12 and a long run ID widen their columns: every line
+        of the table (header and rows) is as long as the next, each cell under its header."""
+        b = TraceBuilder(run_id="a-run-id-longer-than-thirty-two-characters")
+        b.sealed_group("g1", {0: 10})
+        b.step(1, 1, ["g1"])
+        b.sealed_group("g2", {10**12 - 1: 5})
+        b.step(10**12, 10**12, ["g2"])
+        path = b.write(tmp_path / "t.jsonl")
+        proc = cli("batch-age", *(["--full-ids"] if full_ids else []), str(path))
+        table = proc.stdout.splitlines()[:3]
+        assert len({len(line) for line in table}) == 1, table
+        assert "1,000,000,000,000" in table[2]
+        header_end = table[0].index("batch age") + len("batch age")
+        assert table[1][:header_end].endswith("1.0000") and table[2][:header_end].endswith("1.0000")
+
     def test_table(self, cli, trace_file):
         """The table has a row per step with version, groups, tokens, age and age shares."""
         proc = cli("batch-age", str(trace_file))

@@ -111,6 +111,21 @@ class TestKnownAnswers:
         text = cli("staleness", str(path)).stdout
         assert "long-rollout starvation" in text and "age   1:" in text
 
+    def test_the_step_table_stays_aligned_past_its_usual_width(self, tmp_path, cli):
+        """A step of 10**12 and full run IDs widen their columns: the step table's header
+        and rows are each as long as the others."""
+        b = TraceBuilder(run_id="a-run-id-longer-than-thirty-two-characters")
+        b.sealed_group("g1", {0: 10})
+        b.step(1, 1, ["g1"])
+        b.sealed_group("g2", {5: 10})
+        b.step(10**12, 6, ["g2"])
+        path = b.write(tmp_path / "t.jsonl")
+        text = cli("staleness", "--full-ids", str(path)).stdout.splitlines()
+        at = next(i for i, line in enumerate(text) if line.lstrip().startswith("step "))
+        table = text[at : at + 3]
+        assert len({len(line) for line in table}) == 1, table
+        assert table[2].split()[0] == str(10**12) and table[2].endswith(b.run_id)
+
     def test_an_infinite_starvation_ratio_is_inf_in_json(self, tmp_path, cli):
         """Only the longest tenth gone stale: the ratio is ``"inf"`` in the JSON, as the text
         says, not ``null`` (which says nothing went stale)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..age import AGE_BUCKETS, StepAge
@@ -30,23 +30,45 @@ __all__ = ["write_cost", "write_staleness", "write_steps"]
 _BY_KEY = {f.key: f for f in STEP_FIELDS}
 
 
+def _columns(
+    out: TextIO,
+    head: Sequence[str],
+    widths: Sequence[int],
+    items: Sequence[Any],
+    cells: Callable[[Any], Sequence[str]],
+) -> None:
+    """A table of right-aligned columns, each as wide as its widest cell (a step past a
+    million, a full run ID) or its width in ``widths``: measured in a first pass over
+    ``items``, so rows stay aligned without the table's text held in memory."""
+    wide = list(widths)
+    for item in items:
+        for i, cell in enumerate(cells(item)):
+            if len(cell) > wide[i]:
+                wide[i] = len(cell)
+    out.write(" ".join(f"{h:>{w}}" for h, w in zip(head, wide, strict=True)) + "\n")
+    for item in items:
+        out.write(" ".join(f"{c:>{w}}" for c, w in zip(cells(item), wide, strict=True)) + "\n")
+
+
 def write_steps(rows: Sequence[StepAge], out: TextIO, style: Style = PLAIN) -> None:
     """One line per step, then a line of totals."""
     age_field = _BY_KEY["batch_age"]
     head = ["step", "version", "groups", "tokens", "batch age", *AGE_KEYS, "run"]
     widths = [6, 8, 7, 10, 10, *[6] * len(AGE_KEYS), 8 if not style.full_ids else 32]
-    out.write(" ".join(f"{h:>{w}}" for h, w in zip(head, widths, strict=True)).rstrip() + "\n")
-    for r in rows:
-        cells = [
+
+    def cells(r: StepAge) -> list[str]:
+        found = [
             as_text(_BY_KEY[key], getattr(r, key), style)
             for key in ("step", "trained_version", "groups", "tokens", "batch_age")
         ]
         if r.tokens:
-            cells += [f"{r.share(a):.1%}" for a in AGE_BUCKETS]
+            found += [f"{r.share(a):.1%}" for a in AGE_BUCKETS]
         else:  # shares of no tokens
-            cells += ["n/a"] * len(AGE_BUCKETS)
-        cells.append(short_run(r.run_id, style))
-        out.write(" ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)) + "\n")
+            found += ["n/a"] * len(AGE_BUCKETS)
+        found.append(short_run(r.run_id, style))
+        return found
+
+    _columns(out, head, widths, rows, cells)
     aged = [r for r in rows if r.batch_age is not None]
     tokens = sum(r.tokens for r in aged)
     if aged and tokens:
@@ -125,16 +147,21 @@ def write_staleness(record: dict[str, Any], out: TextIO, style: Style = PLAIN) -
             f"  {short_run(run_id, style):<10} {dist['tokens']:>12,} tokens, "
             f"age p50 / p90 / max {_q(dist)}\n"
         )
-    out.write(
-        f"\n{'step':>6} {'version':>8} {'tokens':>10} {'age p50/p90/max':>16} "
-        f"{'wait s p50/p90/max':>22} {'run':>8}\n"
+    out.write("\n")
+    _columns(
+        out,
+        ["step", "version", "tokens", "age p50/p90/max", "wait s p50/p90/max", "run"],
+        [6, 8, 10, 16, 22, 8],
+        record["steps"],
+        lambda row: [
+            f"{row['step']}",
+            f"{row['trained_version']}",
+            f"{row['tokens']:,}",
+            _q(row["age"]),
+            _q(row["wait_s"], digits=2),
+            short_run(row["run_id"], style),
+        ],
     )
-    for row in record["steps"]:
-        out.write(
-            f"{row['step']:>6} {row['trained_version']:>8} {row['tokens']:>10,} "
-            f"{_q(row['age']):>16} {_q(row['wait_s'], digits=2):>22} "
-            f"{short_run(row['run_id'], style):>8}\n"
-        )
     bias = record["length_bias"]
     out.write(
         f"\nlength bias: each outcome's rollouts\n  {'outcome':<36} {'attempts':>9} "
