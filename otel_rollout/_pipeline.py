@@ -14,6 +14,7 @@ log itself as ``trace.dropped`` once it accepts writes again.
 from __future__ import annotations
 
 import logging
+import reprlib
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -113,6 +114,7 @@ class Pipeline:
         self._markers_taken = 0  # ...and taken (writer's side)
         self._hold = Hold(self._busy_hold)  # between writes while the GIL is busy
         self._drops_reported = 0  # queue-full drops already handed to a trace.dropped line
+        self._unnamed = 0  # events whose name was no string (the writer's count: no lock)
         self._drops_carried = 0  # drops whose report was lost in a failed write
         self._give_up_at: float | None = None  # set by close: stop retrying a failing log then
         self._closed = False
@@ -149,7 +151,12 @@ class Pipeline:
 
     def snapshot(self) -> PipelineStats:
         """The pipeline's counts with the exporters' own added, as of now."""
-        stats = replace(self.stats, other={}, queued=self._queue.qsize())
+        stats = replace(
+            self.stats,
+            other={},
+            queued=self._queue.qsize(),
+            renamed_fields=self.stats.renamed_fields + self._unnamed,
+        )
         for exporter in (self.log, *self.exporters):
             if isinstance(exporter, CountingExporter):
                 try:
@@ -293,6 +300,27 @@ class Pipeline:
             waiter.set()
         return stopping
 
+    def _name_as_text(self, event: dict[str, Any]) -> None:
+        """``emit(123)``: the name is written as its text, an event kind readers pass over,
+        so the line stays an event ``validate`` accepts; logged once, counted as renamed.
+        (A ``str`` subclass is a name already: made a plain ``str``, silently.)"""
+        name = event["event"]
+        try:
+            event["event"] = str(name)
+        except Exception:  # a __str__ that raises: the type's name is all there is
+            event["event"] = f"<{type(name).__name__}>"
+        if isinstance(name, str):
+            return
+        if not self._unnamed:
+            _log.warning(
+                "otel-rollout: emit() takes the event's name as a string; %s (%s) is written "
+                "as %s (counted in trace.stats.renamed_fields)",
+                reprlib.repr(name),
+                type(name).__name__,
+                reprlib.repr(event["event"]),
+            )
+        self._unnamed += 1
+
     def _rename_reserved(self, t: float, name: str, fields: dict[str, Any]) -> dict[str, Any]:
         """Reserved keys win; a caller's ``t``/``run_id``/``event`` field is kept as ``t_`` etc."""
         with self._lock:
@@ -303,6 +331,9 @@ class Pipeline:
         return event
 
     def _export(self, events: list[dict[str, Any]]) -> None:
+        for event in events:  # ~30 ns an event, here rather than on the caller's thread
+            if event["event"].__class__ is not str:
+                self._name_as_text(event)
         dropped = self.stats.dropped_queue_full  # one read of an int: no lock needed
         drops = dropped - self._drops_reported + self._drops_carried
         self._drops_reported, self._drops_carried = dropped, 0

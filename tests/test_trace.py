@@ -182,6 +182,21 @@ class TestEmit:
         assert (e["event"], e["run_id"]) == ("x", tr.run_id) and e["t"] > 1
         assert (e["t_"], e["run_id_"], e["event_"], e["ok"]) == (1, "mine", "other", True)
 
+    def test_a_name_that_is_no_string_is_written_as_its_text(self, tmp_path, cli, caplog):
+        """emit(123) raises nothing and loses nothing: the line is kind "123" with its fields,
+        validate passes the file (warning of an unknown kind), and one warning says why."""
+        with RolloutTrace(tmp_path / "t.jsonl") as tr:
+            tr.emit(123, n=1)  # type: ignore[arg-type]
+            tr.emit(None, n=2)  # type: ignore[arg-type]
+            tr.flush()
+            assert tr.stats.renamed_fields == 2
+        events = lines(tmp_path / "t.jsonl")[1:]
+        assert [(e["event"], e["n"]) for e in events] == [("123", 1), ("None", 2)]
+        warned = [r.getMessage() for r in caplog.records if "takes the event's name" in r.message]
+        assert len(warned) == 1 and "123 (int)" in warned[0]
+        proc = cli("validate", str(tmp_path / "t.jsonl"))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
     def test_emit_after_close_is_a_silent_no_op(self, tmp_path):
         """After close, emit does nothing and raises nothing; close is idempotent."""
         tr = RolloutTrace(tmp_path / "t.jsonl")
