@@ -412,6 +412,56 @@ def test_a_relative_tensorboard_dir_is_the_trainers(tmp_path, monkeypatch) -> No
     assert config.TRACKERS.resolve() == (f"tensorboard:{tmp_path / 'runs' / 'tb'}",)
 
 
+def test_two_log_tos_at_once_log_each_run_once(demo_trace: Path, tmp_path: Path) -> None:
+    """Two ``log-to`` of one file into one fresh TensorBoard directory, started together:
+    one logs the file's runs, the other waits for it and then leaves them out, so the
+    directory holds one event file per run (read back with TensorBoard's reader)."""
+    spec = f"tensorboard:{tmp_path / 'tb'}"
+    procs = [
+        subprocess.Popen([*CLI, "log-to", spec, str(demo_trace)], stderr=subprocess.PIPE,
+                         text=True, cwd=tmp_path, env=tracker_env(tmp_path, ""))
+        for _ in range(2)
+    ]  # fmt: skip
+    errs = [proc.communicate(timeout=120)[1] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], errs
+    runs = len({json.loads(line)["run_id"] for line in demo_trace.read_text().splitlines()})
+    assert len(list((tmp_path / "tb").glob("*/events.out.tfevents.*"))) == runs
+    assert len(tensorboard_runs(tmp_path / "tb")) == runs
+    assert sum(f"already holds {runs} runs of this file" in err for err in errs) == 1, errs
+
+
+def test_a_log_to_waits_for_one_already_logging_into_its_tracker(
+    demo_trace: Path, tmp_path: Path
+) -> None:
+    """While another process holds the tracker's lock, ``log-to`` says whom it waits for,
+    logs nothing, and goes on once the lock is released."""
+    import fcntl
+    import hashlib
+    import os
+    import tempfile
+
+    target = tmp_path / "tb"
+    name = hashlib.sha256(f"tensorboard:{target}".encode()).hexdigest()[:20]
+    lock = Path(tempfile.gettempdir()) / f"otel-rollout-log-to-{name}.lock"
+    with open(lock, "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        held.truncate(0)
+        held.write("4242")
+        held.flush()
+        proc = subprocess.Popen([*CLI, "log-to", f"tensorboard:{target}", str(demo_trace)],
+                                stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                                env=tracker_env(tmp_path, ""))  # fmt: skip
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        assert "waiting for another log-to into tensorboard:" in line and "pid 4242" in line
+        time.sleep(1)
+        assert proc.poll() is None and not target.exists()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert tensorboard_runs(target)
+    os.unlink(lock)
+
+
 def test_log_to_warns_once_about_a_bad_line(demo_trace: Path, tmp_path: Path) -> None:
     """A bad line is named once, though log-to reads the file's run IDs before it logs."""
     lines = demo_trace.read_bytes().splitlines(keepends=True)

@@ -4,10 +4,14 @@ experiment tracker, through the same exporter a live run uses."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
+import os
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -61,7 +65,7 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..trackers import TrackerHub, TrackerSpecError, missing_extra, parse_specs
+    from ..trackers import TrackerSpecError, missing_extra, parse_specs
 
     try:
         specs = parse_specs(args.spec)
@@ -76,6 +80,13 @@ def run(args: argparse.Namespace) -> int:
         target = Path(spec.target) if spec.kind == "tensorboard" and spec.target else None
         if target is not None and target.exists() and not target.is_dir():
             raise CliError(f"{spec}: {target} is not a directory")  # each run would fail alone
+    with _one_at_a_time(specs):
+        return _log(args, specs)
+
+
+def _log(args: argparse.Namespace, specs: Sequence[Any]) -> int:
+    from ..trackers import TrackerHub
+
     held = [] if args.again else _held_runs(specs, args.file, args.timeout)
     reader = trace_reader(args.file, validate=True)
     hub = TrackerHub(list(specs), reader.path, backfill=True, wait=args.timeout, start=0, held=held)
@@ -122,6 +133,54 @@ def _tracker_summary(worker: Any) -> str:
     if worker.held:
         said.append(f"{counted(len(worker.held), 'run')} it already held left out")
     return f"{worker.name}: " + ", ".join(said)
+
+
+@contextlib.contextmanager
+def _one_at_a_time(specs: Sequence[Any]) -> Iterator[None]:
+    """Hold, for the whole command, a lock per tracker whose runs are looked up: a second
+    ``log-to`` into the same tracker, started meanwhile (on this machine), waits for this
+    one and then finds its runs held, instead of both finding none and logging every run
+    twice.  The locks are ``flock``s on files in the temporary directory, taken in one
+    order (no deadlock), released by the kernel however the process ends."""
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): each log-to looks up alone, as before
+        yield
+        return
+    from ..trackers._sinks import LOOKED_UP
+
+    keys = {_lock_key(spec): spec for spec in specs if spec.kind in LOOKED_UP}
+    with contextlib.ExitStack() as held:
+        for key, spec in sorted(keys.items()):
+            name = hashlib.sha256(key.encode()).hexdigest()[:20]
+            path = os.path.join(tempfile.gettempdir(), f"otel-rollout-log-to-{name}.lock")
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            except PermissionError:  # another user's lock file: it can still be locked
+                fd = os.open(path, os.O_RDONLY)
+            held.callback(os.close, fd)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                other = os.pread(fd, 32, 0).decode(errors="replace").strip() or "another process"
+                print(
+                    f"waiting for another log-to into {spec} (pid {other}) to finish…",
+                    file=sys.stderr,
+                )
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            with contextlib.suppress(OSError):  # a read-only lock file keeps no pid
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+
+
+def _lock_key(spec: Any) -> str:
+    """What two specs name the same store by (a TensorBoard directory is absolute already;
+    ``mlflow`` alone is the tracking URI of the environment)."""
+    target = spec.target
+    if spec.kind == "mlflow" and target is None:
+        target = os.environ.get("MLFLOW_TRACKING_URI", "mlruns")
+    return f"{spec.kind}:{target}"
 
 
 def _held_runs(specs: Sequence[Any], path: str, timeout: float) -> list[list[str]]:
