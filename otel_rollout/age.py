@@ -218,6 +218,12 @@ def seal_counts(tokens_by_version: Mapping[Any, int] | None) -> SealCounts:
     if not tokens_by_version:
         return _EMPTY
     pairs: Any = tokens_by_version.items()
+    if len(tokens_by_version) == 1:  # most seals: one pack, 0.24 us against 0.58 for the array
+        for version, n in pairs:
+            try:
+                return _PAIRS.pack(version, n)
+            except struct.error:  # a decimal-string key, or past 64 bits: as below
+                break
     try:
         try:  # in C, for a typed event's int keys
             return array("q", _flat(pairs)).tobytes()
@@ -258,10 +264,11 @@ def step_age(
     tokens = version_sum = 0
     by_age: dict[int, int] = {}
     top = AGE_BUCKETS[-1]
+    get, unpack = seals.get, _PAIRS.iter_unpack
     for group_id in group_ids:
-        counts = seals.get(group_id)
-        if counts:
-            for version, n in seal_items(counts):
+        counts = get(group_id)
+        if counts:  # seal_items(counts), inline: a call a group was ~5% of batch-age
+            for version, n in unpack(counts) if counts.__class__ is bytes else counts.items():
                 tokens += n
                 version_sum += version * n
                 age = trained_version - version

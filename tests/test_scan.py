@@ -33,8 +33,48 @@ def test_the_compiled_scan_was_built_under_ci():
     assert compiled is not None
 
 
+#: Each way the C scanner can run here: one pass for every needle in 32- or 16-byte
+#: vector steps, and one memmem pass a needle (the way without SSE2, or past 8 needles).
+_WAYS = ["once-32", "once-16", "each"]
+
+
+@pytest.fixture(params=_WAYS)
+def c_scan(request):
+    """The compiled scan, run each way this machine can; the width is put back after."""
+    if compiled is None:
+        pytest.skip("the C scanner was not built here")
+    from otel_rollout import _scan
+
+    way = request.param
+    before = _scan.vector_width()
+    if way == "each":
+        yield _scan.scan_each
+        return
+    width = int(way.split("-")[1])
+    if before == 0 or (width == 32 and before != 32):
+        pytest.skip(f"this machine runs no {width}-byte vector steps")
+    _scan.vector_width(width)
+    try:
+        yield _scan.scan
+    finally:
+        _scan.vector_width(before)
+
+
 @needs_compiled
-@settings(max_examples=400)
+def test_the_widest_vector_steps_are_the_default():
+    """On a machine with AVX2 the scanner takes 32 bytes a step, else 16 (x86-64)."""
+    import platform
+
+    from otel_rollout import _scan
+
+    with open("/proc/cpuinfo") as f:
+        avx2 = " avx2" in f.read()
+    if platform.machine() in ("x86_64", "AMD64"):
+        assert _scan.vector_width() == (32 if avx2 else 16)
+
+
+@needs_compiled
+@settings(max_examples=400, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     lines=st.lists(_LINE, max_size=12),
     trailing=st.booleans(),
@@ -42,15 +82,52 @@ def test_the_compiled_scan_was_built_under_ci():
     needles=st.lists(st.sampled_from(_NAMES), min_size=1, max_size=4, unique=True),
     first=st.booleans(),
 )
-def test_compiled_scan_equals_python_scan(lines, trailing, cut, needles, first):
+def test_compiled_scan_equals_python_scan(c_scan, lines, trailing, cut, needles, first):
     """On any block, any window of it and any needles, C and Python find the same lines at
     the same offsets and count the same newlines."""
     chunk = b"\n".join(lines) + (b"\n" if trailing and lines else b"")
     start, end = sorted(min(c, len(chunk)) for c in cut)
     pattern = tuple(needles)
-    assert compiled(chunk, start, end, pattern, first) == _blocks.python_scan(
+    assert c_scan(chunk, start, end, pattern, first) == _blocks.python_scan(
         chunk, start, end, pattern, first
     )
+
+
+_KINDS = [b"group.seal", b"train.step", b"run.start", b"\\", b"ab", b"a", b"seal", b"z" * 40]
+_FILLER = st.binary(max_size=90).map(lambda b: b.replace(b"\n", b""))
+_LONG_LINE = st.lists(st.one_of(_FILLER, st.sampled_from(_KINDS)), max_size=6).map(b"".join)
+
+
+@needs_compiled
+@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    lines=st.lists(_LONG_LINE, max_size=30),
+    trailing=st.booleans(),
+    cut=st.tuples(st.integers(0, 4000), st.integers(0, 4000)),
+    needles=st.lists(st.sampled_from(_KINDS), min_size=1, max_size=9, unique=True),
+    first=st.booleans(),
+)
+def test_vector_steps_find_what_python_finds_in_long_lines(
+    c_scan, lines, trailing, cut, needles, first
+):
+    """Lines long enough for many vector steps, needles anywhere in them (across a step's
+    edge, at a window's end, two on one line), up to nine needles (past the eight one
+    pass takes): C finds the lines Python finds, and counts the same newlines."""
+    chunk = b"\n".join(lines) + (b"\n" if trailing and lines else b"")
+    start, end = sorted(min(c, len(chunk)) for c in cut)
+    pattern = tuple(needles)
+    assert c_scan(chunk, start, end, pattern, first) == _blocks.python_scan(
+        chunk, start, end, pattern, first
+    )
+
+
+@needs_compiled
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 31, 32, 33, 255 * 32, 255 * 32 + 1, 70_000])
+def test_newlines_are_counted_at_every_length(c_scan, n):
+    """A window of n bytes with a newline every third byte, where the vector steps' count
+    (and its sums every 255 steps) meets the bytes left over."""
+    chunk = (b"ab\n" * (n // 3 + 1))[:n]
+    assert c_scan(chunk, 0, n, (b"zz",), False) == ([], chunk.count(b"\n"))
 
 
 @needs_compiled
