@@ -14,11 +14,12 @@ from .fields import BOUNDARY_FIELDS, iso_utc
 if TYPE_CHECKING:  # the cost module only for its report type: batch-age need not load it
     from ..cost import CostReport
 
-__all__ = ["AGE_KEYS", "cost_record", "step_record"]
+__all__ = ["AGE_KEYS", "cost_record", "json_number", "staleness_record", "step_record"]
 
 #: The keys of ``token_share_by_age``: ``age0`` … ``age3+``.
 AGE_KEYS = [f"age{a}" for a in AGE_BUCKETS[:-1]] + [f"age{AGE_BUCKETS[-1]}+"]
 
+_SHARES = tuple(zip(AGE_KEYS, AGE_BUCKETS, strict=True))
 _TIMES = [f.key for f in BOUNDARY_FIELDS if f.kind == "time"]
 
 
@@ -33,16 +34,18 @@ def json_number(value: float | None) -> float | str | None:
 
 def step_record(row: StepAge) -> dict[str, Any]:
     """One step as ``batch-age --json`` prints it (shares of a step without tokens: null)."""
+    tokens, by_age = row.tokens, row.tokens_by_age
     return {
         "step": row.step,
         "trained_version": row.trained_version,
         "groups": row.groups,
         "tokens": row.tokens,
         "batch_age": json_number(row.batch_age),
-        "token_share_by_age": {
-            key: (row.share(a) if row.tokens else None)
-            for key, a in zip(AGE_KEYS, AGE_BUCKETS, strict=True)
-        },
+        "token_share_by_age": (
+            {key: by_age.get(a, 0) / tokens for key, a in _SHARES}  # row.share(a), inline
+            if tokens
+            else dict.fromkeys(AGE_KEYS)
+        ),
         "run_id": row.run_id,
     }
 
