@@ -67,11 +67,17 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'otel_rollout' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value  # the next lookup is an ordinary one
-    return value
+    if module is not None:
+        value = getattr(importlib.import_module(f".{module}", __name__), name)
+        globals()[name] = value  # the next lookup is an ordinary one
+        return value
+    if not name.startswith("__"):  # a submodule: otel_rollout.otel.reset() after the import
+        try:
+            return importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise  # the submodule exists and failed to import: say so
+    raise AttributeError(f"module 'otel_rollout' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:

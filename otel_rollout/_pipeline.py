@@ -303,14 +303,15 @@ class Pipeline:
     def _name_as_text(self, event: dict[str, Any]) -> None:
         """``emit(123)``: the name is written as its text, an event kind readers pass over,
         so the line stays an event ``validate`` accepts; logged once, counted as renamed.
-        (A ``str`` subclass is a name already: made a plain ``str``, silently.)"""
+        A ``str`` subclass (a ``(str, Enum)`` member, say) is a name already: orjson
+        writes its string, where ``str()`` would give ``Kind.SEAL``."""
         name = event["event"]
+        if isinstance(name, str):
+            return
         try:
             event["event"] = str(name)
         except Exception:  # a __str__ that raises: the type's name is all there is
             event["event"] = f"<{type(name).__name__}>"
-        if isinstance(name, str):
-            return
         if not self._unnamed:
             _log.warning(
                 "otel-rollout: emit() takes the event's name as a string; %s (%s) is written "

@@ -284,7 +284,7 @@ static PyObject *run_scan(PyObject *args, int each)
     if (first && push(&starts, start) < 0)
         goto done;
 #ifdef HAVE_SSE2
-    if (!each && count <= MAX_AT_ONCE) {
+    if (!each && count > 0 && count <= MAX_AT_ONCE) { /* (no needle: longest 0, no steps) */
         if (find_once(&starts, base, from, limit, needles, count) < 0)
             goto done;
     }

@@ -175,3 +175,6 @@ def test_an_age_past_a_float_is_inf_in_text_and_json(tmp_path, cli):
     rows = [json.loads(line) for line in cli("batch-age", "--json", str(path)).stdout.splitlines()]
     assert [r["batch_age"] for r in rows] == ["inf", None]
     assert " inf " in cli("batch-age", str(path)).stdout
+    report = cli("report", str(path), "-o", str(tmp_path / "r.html"))
+    assert report.returncode == 0, report.stderr
+    assert '<td class="n">inf</td>' in (tmp_path / "r.html").read_text()

@@ -146,6 +146,12 @@ class TestImportLayers:
         """``dir(otel_rollout)`` shows the deferred names, so completion finds them."""
         assert set(otel_rollout.__all__) <= set(dir(otel_rollout))
 
+    def test_a_submodule_is_an_attribute_after_importing_the_package(self):
+        """``import otel_rollout; otel_rollout.otel.reset()`` works, as the README says."""
+        code = "import otel_rollout; otel_rollout.otel.reset(); print(otel_rollout.config.__name__)"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert out.stdout.strip() == "otel_rollout.config", out.stderr
+
     def test_an_unknown_name_raises_attribute_error(self):
         """A name the package does not have is an AttributeError, not an ImportError."""
         try:

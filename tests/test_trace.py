@@ -197,6 +197,19 @@ class TestEmit:
         proc = cli("validate", str(tmp_path / "t.jsonl"))
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
+    def test_a_str_enum_name_is_written_as_its_value(self, tmp_path):
+        """A ``(str, Enum)`` member is a name already: written as its value, not renamed."""
+        import enum
+
+        class Kind(str, enum.Enum):
+            SEAL = "group.seal"
+
+        with RolloutTrace(tmp_path / "t.jsonl") as tr:
+            tr.emit(Kind.SEAL, group_id="g", prompt_id=1, tokens=0)
+            tr.flush()
+            assert tr.stats.renamed_fields == 0
+        assert lines(tmp_path / "t.jsonl")[1]["event"] == "group.seal"
+
     def test_emit_after_close_is_a_silent_no_op(self, tmp_path):
         """After close, emit does nothing and raises nothing; close is idempotent."""
         tr = RolloutTrace(tmp_path / "t.jsonl")

@@ -38,6 +38,7 @@ def tracker_env(tmp: Path, specs: str) -> dict[str, str]:
         WANDB_DIR=str(tmp),
         WANDB_SILENT="true",
         MLFLOW_EXPERIMENT_NAME="otel-rollout",
+        TMPDIR=str(tmp),  # log-to's lock files
     )
 
 
@@ -436,13 +437,9 @@ def test_a_log_to_waits_for_one_already_logging_into_its_tracker(
     """While another process holds the tracker's lock, ``log-to`` says whom it waits for,
     logs nothing, and goes on once the lock is released."""
     import fcntl
-    import hashlib
-    import os
-    import tempfile
 
     target = tmp_path / "tb"
-    name = hashlib.sha256(f"tensorboard:{target}".encode()).hexdigest()[:20]
-    lock = Path(tempfile.gettempdir()) / f"otel-rollout-log-to-{name}.lock"
+    lock = _lock_file(tmp_path, f"tensorboard:{target}")
     with open(lock, "a+") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         held.truncate(0)
@@ -459,7 +456,25 @@ def test_a_log_to_waits_for_one_already_logging_into_its_tracker(
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert tensorboard_runs(target)
-    os.unlink(lock)
+
+
+def test_a_log_to_that_cannot_lock_logs_and_says_so(demo_trace: Path, tmp_path: Path) -> None:
+    """A lock file that cannot be opened (here a link into no directory) leaves log-to
+    logging as it would alone, with one line saying two at once could both log."""
+    target = tmp_path / "tb"
+    _lock_file(tmp_path, f"tensorboard:{target}").symlink_to(tmp_path / "no" / "such" / "dir")
+    proc = subprocess.run([*CLI, "log-to", f"tensorboard:{target}", str(demo_trace)],
+                          capture_output=True, text=True, cwd=tmp_path,
+                          env=tracker_env(tmp_path, ""), timeout=120)  # fmt: skip
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.count("cannot lock") == 1 and tensorboard_runs(target)
+
+
+def _lock_file(tmp: Path, key: str) -> Path:
+    """Where log-to locks the tracker ``key`` (in ``TMPDIR``, ``tmp`` in these tests)."""
+    import hashlib
+
+    return tmp / f"otel-rollout-log-to-{hashlib.sha256(key.encode()).hexdigest()[:20]}.lock"
 
 
 def test_log_to_warns_once_about_a_bad_line(demo_trace: Path, tmp_path: Path) -> None:

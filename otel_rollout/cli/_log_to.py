@@ -154,24 +154,40 @@ def _one_at_a_time(specs: Sequence[Any]) -> Iterator[None]:
         for key, spec in sorted(keys.items()):
             name = hashlib.sha256(key.encode()).hexdigest()[:20]
             path = os.path.join(tempfile.gettempdir(), f"otel-rollout-log-to-{name}.lock")
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-            except PermissionError:  # another user's lock file: it can still be locked
-                fd = os.open(path, os.O_RDONLY)
+            fd, writable = _open_lock(path)
+            if fd is None:  # no lock to be had (a read-only /tmp, another user's 0600 file)
+                print(f"cannot lock {path}: a log-to into {spec} started meanwhile could "
+                      "log its runs too", file=sys.stderr)  # fmt: skip
+                continue
             held.callback(os.close, fd)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                other = os.pread(fd, 32, 0).decode(errors="replace").strip() or "another process"
+                who = os.pread(fd, 32, 0).decode(errors="replace").strip() if writable else ""
+                whose = f"pid {who}" if who else "in another process"
                 print(
-                    f"waiting for another log-to into {spec} (pid {other}) to finish…",
+                    f"waiting for another log-to into {spec} ({whose}) to finish "
+                    "(Ctrl-C stops waiting)…",
                     file=sys.stderr,
                 )
                 fcntl.flock(fd, fcntl.LOCK_EX)
-            with contextlib.suppress(OSError):  # a read-only lock file keeps no pid
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, str(os.getpid()).encode(), 0)
+            if writable:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, str(os.getpid()).encode(), 0)
         yield
+
+
+def _open_lock(path: str) -> tuple[int | None, bool]:
+    """The lock file open for writing (it then holds the holder's pid), or for reading
+    (another user's file can still be locked), or None."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o666), True
+    except OSError:
+        try:
+            return os.open(path, os.O_RDONLY), False
+        except OSError:
+            return None, False
 
 
 def _lock_key(spec: Any) -> str:
