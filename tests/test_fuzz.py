@@ -115,6 +115,38 @@ class TestReaders:
             assert len(events) + reader.skipped <= reader.lines
 
 
+    @FUZZ
+    @given(data=st.data(), block=st.integers(64, 4096))
+    def test_found_lines_decoded_at_once_equal_line_by_line(
+        self, tmp_path, valid_events, monkeypatch, data, block
+    ):
+        """Reading seals, steps and run starts as batch-age does (found lines decoded a block
+        at a time) gives the events, line numbers and skipped lines of decoding them one by
+        one, on hostile files cut into many small blocks."""
+        from otel_rollout.age import BATCH_AGE_EVENTS
+
+        body = data.draw(hostile_file(valid_events))
+        body += b"\n".join(orjson.dumps(e) for e in valid_events) * 3  # found lines, at once
+        path = tmp_path / "t.jsonl"
+        path.write_bytes(body)
+        monkeypatch.setattr(blocks_module, "_CHUNK", block)
+
+        def read() -> tuple[list[tuple[int, object]], list[tuple[int, str]], int]:
+            skipped: list[tuple[int, str]] = []
+            reader = EventReader(path, kinds=BATCH_AGE_EVENTS, typed=True,
+                                 on_skip=lambda n, why: skipped.append((n, why)))  # fmt: skip
+            numbered = []
+            for batch, where in reader.numbered_batches():
+                numbers = range(where, where + len(batch)) if isinstance(where, int) else where
+                numbered += zip(numbers, batch, strict=True)
+            return numbered, skipped, reader.lines
+
+        at_once = read()
+        monkeypatch.setattr(EventReader, "_found_at_once", lambda self, found: None)
+        assert at_once == read()
+        assert any(e.event == "group.seal" for _, e in at_once[0])
+
+
 class TestCommands:
     @FUZZ
     @given(data=st.data())
