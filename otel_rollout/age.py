@@ -218,12 +218,17 @@ def seal_counts(tokens_by_version: Mapping[Any, int] | None) -> SealCounts:
     if not tokens_by_version:
         return _EMPTY
     pairs: Any = tokens_by_version.items()
-    if len(tokens_by_version) == 1:  # most seals: one pack, 0.24 us against 0.58 for the array
-        for version, n in pairs:
-            try:
-                return _PAIRS.pack(version, n)
-            except struct.error:  # a decimal-string key, or past 64 bits: as below
-                break
+    # A seal of one or two versions (nearly every seal of the bench trace has two: a refit
+    # paused its calls) packs in one call: ~0.3 us against ~0.8 for the array below.
+    try:
+        if len(tokens_by_version) == 2:
+            (v1, n1), (v2, n2) = pairs
+            return _TWO.pack(v1, n1, v2, n2)
+        if len(tokens_by_version) == 1:
+            ((v1, n1),) = pairs
+            return _PAIRS.pack(v1, n1)
+    except struct.error:  # a decimal-string key, or past 64 bits: as below
+        pass
     try:
         try:  # in C, for a typed event's int keys
             return array("q", _flat(pairs)).tobytes()
@@ -243,6 +248,7 @@ def seal_items(counts: SealCounts) -> Iterable[tuple[int, int]]:
 
 
 _PAIRS = struct.Struct("qq")
+_TWO = struct.Struct("qqqq")
 _flat = itertools.chain.from_iterable
 
 
