@@ -17,8 +17,6 @@ from .age import (
     AGE_BUCKETS,
     BATCH_AGE_TOKENS_METRIC,
     BATCH_AGE_VERSION_SUM_METRIC,
-    LiveBatchAge,
-    OnMalformed,
     RefitCuts,
     StepAge,
     batch_age,
@@ -28,6 +26,7 @@ from .age import (
     step_age,
 )
 from .analysis import BATCH_AGE_EVENTS, SealedCounts, StepAges, run_events
+from .live_age import LiveBatchAge, OnMalformed
 
 __all__ = [
     "AGE_BUCKETS",

@@ -1,7 +1,7 @@
 """Rollout metrics, computed from events on the background thread.
 
 :class:`MetricsExporter` is an exporter of the pipeline.  Batch age comes
-from :class:`~otel_rollout.batch_age.LiveBatchAge`, the same code the
+from :class:`~otel_rollout.live_age.LiveBatchAge`, the same code the
 offline reader uses, so the gauge equals ``batch_age_by_step`` for every
 step.  The step number is a gauge of its own, never a label: unbounded label
 values are a Prometheus anti-pattern.
@@ -22,7 +22,8 @@ from typing import Any
 
 from opentelemetry.metrics import Meter
 
-from .age import AGE_BUCKETS, LiveBatchAge
+from .age import AGE_BUCKETS
+from .live_age import LiveBatchAge
 from .metric_values import metric_value
 
 __all__ = ["AGE_LABELS", "INSTRUMENTS", "MetricsExporter"]

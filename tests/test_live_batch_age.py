@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_rollout import age
-from otel_rollout.age import LiveBatchAge
+from otel_rollout import live_age
 from otel_rollout.batch_age import batch_age_by_step, step_ages
+from otel_rollout.live_age import LiveBatchAge
 from otel_rollout.testing import TraceBuilder
 
 _counts = st.dictionaries(st.integers(0, 30), st.integers(1, 10_000), max_size=5)
@@ -124,7 +124,7 @@ class TestLiveBatchAge:
         gets the file's value; the cap costs nothing else."""
         events = controller_trace(data).events
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(age, "_KEPT", kept)
+            mp.setattr(live_age, "_KEPT", kept)
             live = live_by_step(events)
         known = known_live(events, kept)
         for row in step_ages(events):
@@ -134,7 +134,7 @@ class TestLiveBatchAge:
     def test_groups_kept_by_a_checkpoint_outlast_any_number_trained_after_it(self, monkeypatch):
         """Groups a checkpoint's snapshot kept are counted when a resumed run trains them, even
         when the stopped run trained more groups than the cap after that checkpoint."""
-        monkeypatch.setattr(age, "_KEPT", 4)
+        monkeypatch.setattr(live_age, "_KEPT", 4)
         b = TraceBuilder("run-0")
         for i in range(3):
             b.sealed_group(f"kept{i}", {0: 10 + i})
@@ -160,7 +160,7 @@ class TestLiveBatchAge:
 
     def test_memory_is_bounded_by_the_cap(self, monkeypatch):
         """However many groups are trained and checkpointed, at most the cap is kept of each."""
-        monkeypatch.setattr(age, "_KEPT", 8)
+        monkeypatch.setattr(live_age, "_KEPT", 8)
         b = TraceBuilder()
         for s in range(100):
             b.sealed_group(f"g{s}", {s: 1})

@@ -11,8 +11,8 @@ import orjson
 import pytest
 
 from otel_rollout import _blocks
-from otel_rollout.age import LiveBatchAge
 from otel_rollout.cost import analyze_file
+from otel_rollout.live_age import LiveBatchAge
 from otel_rollout.reader import EventReader, read_events
 from otel_rollout.trace import batch_age_by_step
 

@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
 
 from .. import _providers, config
-from ..age import LiveBatchAge
+from ..live_age import LiveBatchAge
 from ..metrics import MetricsExporter
 from ..otel import OtelSettings
 from ..spans import SpanBuilder

@@ -1,7 +1,7 @@
 """Events → the rows a tracker logs: one per training step, one per restore.
 
 A step's batch age and token-age shares come from
-:class:`~otel_rollout.age.LiveBatchAge` (the code behind the Prometheus gauge
+:class:`~otel_rollout.live_age.LiveBatchAge` (the code behind the Prometheus gauge
 and ``batch_age_by_step``), so the three agree exactly.  A restore's row is
 ``cost``'s own :class:`~otel_rollout.cost.Boundary`, from a
 :class:`~otel_rollout.cost.CostAnalysis` fed the same events as they come (as
@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..age import AGE_BUCKETS, LiveBatchAge, StepAge
+from ..age import AGE_BUCKETS, StepAge
 from ..analysis import Engine
 from ..cost import CostAnalysis
+from ..live_age import LiveBatchAge
 from ..metric_values import indexable_step, metric_value
 from ..reader import EventReader
 
