@@ -4,6 +4,11 @@
 event against it (used by ``otel-rollout validate``), and :func:`json_schema`
 renders it as the JSON Schema shipped beside this module
 (``otel-rollout schema > otel_rollout/schema.json`` regenerates it).
+
+Past 400 lines on purpose: the field types, the table and what is made from
+it here (the validator, the JSON Schema, the docs' field reference) change
+together and are read together; the typed structs every reader decodes into
+are made from the same table in :mod:`otel_rollout.events`.
 """
 
 from __future__ import annotations
