@@ -115,6 +115,7 @@ class Pipeline:
         self._hold = Hold(self._busy_hold)  # between writes while the GIL is busy
         self._drops_reported = 0  # queue-full drops already handed to a trace.dropped line
         self._unnamed = 0  # events whose name was no string (the writer's count: no lock)
+        self._told_unnamed = False  # the first such name was logged
         self._drops_carried = 0  # drops whose report was lost in a failed write
         self._give_up_at: float | None = None  # set by close: stop retrying a failing log then
         self._closed = False
@@ -308,24 +309,33 @@ class Pipeline:
         name = event["event"]
         if isinstance(name, str):
             return
+        event["event"] = self._text_of(name)
+        self._unnamed += 1
+
+    def _text_of(self, name: Any) -> str:
+        """A name that is no string, as text; the first one is logged."""
         try:
-            event["event"] = str(name)
+            text = str(name)
         except Exception:  # a __str__ that raises: the type's name is all there is
-            event["event"] = f"<{type(name).__name__}>"
-        if not self._unnamed:
+            text = f"<{type(name).__name__}>"
+        if not self._told_unnamed:
+            self._told_unnamed = True  # either thread may get here first: at worst two lines
             _log.warning(
                 "otel-rollout: emit() takes the event's name as a string; %s (%s) is written "
                 "as %s (counted in trace.stats.renamed_fields)",
                 reprlib.repr(name),
                 type(name).__name__,
-                reprlib.repr(event["event"]),
+                reprlib.repr(text),
             )
-        self._unnamed += 1
+        return text
 
-    def _rename_reserved(self, t: float, name: str, fields: dict[str, Any]) -> dict[str, Any]:
-        """Reserved keys win; a caller's ``t``/``run_id``/``event`` field is kept as ``t_`` etc."""
+    def _rename_reserved(self, t: float, name: Any, fields: dict[str, Any]) -> dict[str, Any]:
+        """Reserved keys win; a caller's ``t``/``run_id``/``event`` field is kept as ``t_`` etc.
+        (A name that is no string is made text here too, so the event counts once.)"""
         with self._lock:
             self.stats.renamed_fields += 1
+        if not isinstance(name, str):
+            name = self._text_of(name)
         event: dict[str, Any] = {"t": t, "run_id": self.run_id, "event": name}
         for key, value in fields.items():
             event[key + "_" if key in RESERVED else key] = value

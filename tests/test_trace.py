@@ -194,6 +194,12 @@ class TestEmit:
         assert [(e["event"], e["n"]) for e in events] == [("123", 1), ("None", 2)]
         warned = [r.getMessage() for r in caplog.records if "takes the event's name" in r.message]
         assert len(warned) == 1 and "123 (int)" in warned[0]
+        with RolloutTrace(tmp_path / "u.jsonl") as tr:
+            tr.emit(7, event="mine")  # type: ignore[arg-type]  # a name and a field at fault
+            tr.flush()
+            assert tr.stats.renamed_fields == 1  # one event, counted once
+        [e] = lines(tmp_path / "u.jsonl")[1:]
+        assert (e["event"], e["event_"]) == ("7", "mine")
         proc = cli("validate", str(tmp_path / "t.jsonl"))
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
