@@ -6,6 +6,7 @@ decile).  :mod:`otel_rollout.render.html` draws the page.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -31,6 +32,8 @@ class ReportData:
     t0: float | None = None
     runs: dict[str, list[float]] = field(default_factory=dict)  # run → [first t, last t]
     steps: list[tuple[float, str, int, float]] = field(default_factory=list)  # t, run, step, age
+    #: Steps whose batch age is past what a float holds (±inf): in the table, not the chart.
+    steps_off_chart: int = 0
     #: Attempts in flight as time buckets ``[start, end, least, most, sum, count]`` in file
     #: order: every change, one a bucket, or (past 4,000 changes) the least, most and mean
     #: of each bucket of a width doubled as the file goes on.
@@ -122,7 +125,10 @@ class ReportSeries(Analysis):
         row = self.state.step_age(e)
         age = e.batch_age if e.batch_age is not None else row.batch_age
         if age is not None:
-            self.data.steps.append((e.t, e.run_id, e.step, float(age)))
+            if math.isfinite(age):
+                self.data.steps.append((e.t, e.run_id, e.step, float(age)))
+            else:  # no point of a chart or its zoom data's JSON can hold it
+                self.data.steps_off_chart += 1
 
     def result(self) -> ReportData:
         data = self.data

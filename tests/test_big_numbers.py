@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -177,4 +178,33 @@ def test_an_age_past_a_float_is_inf_in_text_and_json(tmp_path, cli):
     assert " inf " in cli("batch-age", str(path)).stdout
     report = cli("report", str(path), "-o", str(tmp_path / "r.html"))
     assert report.returncode == 0, report.stderr
-    assert '<td class="n">inf</td>' in (tmp_path / "r.html").read_text()
+    page = (tmp_path / "r.html").read_text()
+    assert '<td class="n">inf</td>' in page and "1 of them past what a float holds" in page
+    drawn = "".join(re.findall(r"<svg[ >].*?</svg>", page.split("<body>")[1], flags=re.S))
+    assert drawn and "inf" not in drawn  # no point of a chart at infinity
+
+
+def test_a_report_with_an_infinite_age_draws_its_finite_steps_and_zooms(tmp_path, cli):
+    """A page whose steps include an age of inf: no chart draws a point at infinity, and
+    every zoom data block is strict JSON (``Infinity`` made the page's ``JSON.parse`` throw,
+    leaving every chart without its zoom)."""
+    b = TraceBuilder(run_id="A")
+    b.sealed_group("g1", {0: 10})
+    b.step(0, 10**400, ["g1"])
+    b.sealed_group("g2", {0: 10})
+    b.step(1, 1, ["g2"])
+    b.sealed_group("g3", {5: 10})
+    b.step(2, 7, ["g3"])
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in b.events))
+    assert cli("report", str(path), "-o", str(tmp_path / "r.html")).returncode == 0
+    page = (tmp_path / "r.html").read_text()
+    zoom_data = r'<script type="application/json" class="zoom-data"[^>]*>(.*?)</script>'
+    blocks = re.findall(zoom_data, page)
+    assert blocks and all(json.loads(b, parse_constant=_refuse) for b in blocks)
+    drawn = "".join(re.findall(r"<svg[ >].*?</svg>", page.split("<body>")[1], flags=re.S))
+    assert "inf" not in drawn and "nan" not in drawn.lower()
+
+
+def _refuse(name: str) -> None:
+    raise ValueError(f"{name} is not JSON a browser parses")

@@ -315,7 +315,13 @@ def caption(chart_id: str, data: ReportData) -> str:
         return (
             f"Each dot is a step (hover it for its values); {binned}: the line is each bin's "
             "mean and the band its p10–p90, and hovering a bin gives its step range. Every "
-            "step's batch age is in the table at the end of the page."
+            "step's batch age is in the table at the end of the page"
+            + (
+                f" ({data.steps_off_chart:,} of them past what a float holds, ±inf: "
+                "there, and not drawn)."
+                if data.steps_off_chart
+                else "."
+            )
         )
     if chart_id == "token-age":
         return (
