@@ -10,6 +10,7 @@ schema's typed events.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -55,7 +56,7 @@ def _warner(on_malformed: OnMalformed | None) -> Any:
 
 
 def tokens_by_version(
-    events: Iterable[Any], *, on_malformed: OnMalformed | None = None
+    events: Iterable[Any] | str | os.PathLike[str], *, on_malformed: OnMalformed | None = None
 ) -> dict[str, dict[int, int]]:
     """Each published group's trained tokens, by the weight version that made them.
 
@@ -66,7 +67,9 @@ def tokens_by_version(
     return counts
 
 
-def step_ages(events: Iterable[Any], *, on_malformed: OnMalformed | None = None) -> list[StepAge]:
+def step_ages(
+    events: Iterable[Any] | str | os.PathLike[str], *, on_malformed: OnMalformed | None = None
+) -> list[StepAge]:
     """Every step's :class:`StepAge`, in step order; a step trained again keeps the later one.
 
     Seals are resolved across the whole input (the latest seal of a group
@@ -80,12 +83,13 @@ def step_ages(events: Iterable[Any], *, on_malformed: OnMalformed | None = None)
 
 
 def batch_age_by_step(
-    events: Iterable[Any], *, on_malformed: OnMalformed | None = None
+    events: Iterable[Any] | str | os.PathLike[str], *, on_malformed: OnMalformed | None = None
 ) -> dict[int, float]:
     """Each step's token-weighted age: policy updates from generating to training.
 
     A step a resumed run trained again keeps the later run's value; steps
-    whose groups carry no counts are absent, not 0.
+    whose groups carry no counts are absent, not 0.  ``events`` are events (dicts
+    or the schema's structs), ``read_events(path)``, or a path itself.
     """
     rows = step_ages(events, on_malformed=on_malformed)
     return {r.step: r.batch_age for r in rows if r.batch_age is not None}

@@ -383,3 +383,24 @@ class TestOneValidationPolicy:
             step_ages([event], on_malformed=lambda e, why, r=reported: r.append(why))
             skipped = [why for why in reported if why.endswith("; skipped")]
             assert bool(problems(event)) == bool(skipped), (event, problems(event), reported)
+
+
+class TestPaths:
+    def test_the_reference_functions_take_a_path_or_a_log_directory(self, tmp_path):
+        """A trace's path, as a string or a Path, or the directory a run logged into, gives
+        what ``read_events(path)`` gives (a string was read as its characters)."""
+        from pathlib import Path
+
+        from otel_rollout.reader import read_events
+
+        b = TraceBuilder(run_id="A")
+        b.sealed_group("g1", {0: 30, 1: 10})
+        b.step(0, 2, ["g1"])
+        (tmp_path / "run").mkdir()
+        log = b.write(tmp_path / "run" / "rollout_trace.jsonl")
+        expected = batch_age_by_step(read_events(log))
+        assert expected == {0: 1.75}
+        for given_as in (str(log), Path(log), str(log.parent), log.parent):
+            assert batch_age_by_step(given_as) == expected
+            assert [r.step for r in step_ages(given_as)] == [0]
+            assert tokens_by_version(given_as) == {"g1": {0: 30, 1: 10}}

@@ -202,14 +202,17 @@ def run_file(
 
 
 def run_events(
-    stream: Iterable[Any],
+    stream: Iterable[Any] | str | os.PathLike[str],
     analyses: Sequence[Analysis],
     *,
     on_warning: OnWarning | None = None,
 ) -> list[Any]:
     """As :func:`run_file`, for events in memory: dicts (as :func:`read_events` yields
     them) or the schema's structs, in file order.  An unstarted ``read_events(path)``
-    is read as its file, with the least work."""
+    is read as its file, with the least work; so is a path (a trace, or the directory
+    a run logged into), where a string would otherwise be read as its characters."""
+    if isinstance(stream, (str, os.PathLike)):
+        return run_file(stream, analyses, on_warning=on_warning)
     if isinstance(stream, EventStream) and not stream.started and stream.reader.kinds is None:
         return run_file(stream.reader.path, analyses, on_warning=on_warning)
     if on_warning is None:
