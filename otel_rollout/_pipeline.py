@@ -13,6 +13,7 @@ log itself as ``trace.dropped`` once it accepts writes again.
 
 from __future__ import annotations
 
+import enum
 import logging
 import reprlib
 import threading
@@ -309,6 +310,10 @@ class Pipeline:
         name = event["event"]
         if isinstance(name, str):
             return
+        value = _enum_value(name)
+        if value is not None:
+            event["event"] = value
+            return
         event["event"] = self._text_of(name)
         self._unnamed += 1
 
@@ -335,7 +340,7 @@ class Pipeline:
         with self._lock:
             self.stats.renamed_fields += 1
         if not isinstance(name, str):
-            name = self._text_of(name)
+            name = _enum_value(name) or self._text_of(name)
         event: dict[str, Any] = {"t": t, "run_id": self.run_id, "event": name}
         for key, value in fields.items():
             event[key + "_" if key in RESERVED else key] = value
@@ -398,6 +403,14 @@ class Pipeline:
                 )
             return len(events)
         return lost
+
+
+def _enum_value(name: Any) -> str | None:
+    """An ``Enum`` member whose value is a string names that kind (as an Enum field is
+    written as its value); ``str()`` of it would be ``Kind.SEAL``."""
+    if isinstance(name, enum.Enum) and isinstance(name.value, str):
+        return name.value
+    return None
 
 
 def _shut_down(exporter: EventExporter) -> None:

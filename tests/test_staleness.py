@@ -124,7 +124,7 @@ class TestKnownAnswers:
         at = next(i for i, line in enumerate(text) if line.lstrip().startswith("step "))
         table = text[at : at + 3]
         assert len({len(line) for line in table}) == 1, table
-        assert table[2].split()[0] == str(10**12) and table[2].endswith(b.run_id)
+        assert table[2].split()[0] == f"{10**12:,}" and table[2].endswith(b.run_id)
 
     def test_an_infinite_starvation_ratio_is_inf_in_json(self, tmp_path, cli):
         """Only the longest tenth gone stale: the ratio is ``"inf"`` in the JSON, as the text

@@ -203,18 +203,26 @@ class TestEmit:
         proc = cli("validate", str(tmp_path / "t.jsonl"))
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
-    def test_a_str_enum_name_is_written_as_its_value(self, tmp_path):
-        """A ``(str, Enum)`` member is a name already: written as its value, not renamed."""
+    def test_an_enum_name_is_written_as_its_value(self, tmp_path):
+        """A ``(str, Enum)`` member, or a plain Enum member with a string value, names its
+        kind: written as its value and not counted as renamed (``str()`` of it is
+        ``Kind.SEAL``), with a reserved field too."""
         import enum
 
         class Kind(str, enum.Enum):
             SEAL = "group.seal"
 
+        class Plain(enum.Enum):
+            STEP = "train.step"
+
         with RolloutTrace(tmp_path / "t.jsonl") as tr:
             tr.emit(Kind.SEAL, group_id="g", prompt_id=1, tokens=0)
+            tr.emit(Plain.STEP, step=0, trained_version=0, group_ids=["g"])  # type: ignore[arg-type]
+            tr.emit(Plain.STEP, event="mine")  # type: ignore[arg-type]
             tr.flush()
-            assert tr.stats.renamed_fields == 0
-        assert lines(tmp_path / "t.jsonl")[1]["event"] == "group.seal"
+            assert tr.stats.renamed_fields == 1  # the field named event, only
+        kinds = [e["event"] for e in lines(tmp_path / "t.jsonl")[1:]]
+        assert kinds == ["group.seal", "train.step", "train.step"]
 
     def test_emit_after_close_is_a_silent_no_op(self, tmp_path):
         """After close, emit does nothing and raises nothing; close is idempotent."""

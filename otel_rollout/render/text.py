@@ -154,8 +154,8 @@ def write_staleness(record: dict[str, Any], out: TextIO, style: Style = PLAIN) -
         [6, 8, 10, 16, 22, 8],
         record["steps"],
         lambda row: [
-            f"{row['step']}",
-            f"{row['trained_version']}",
+            f"{row['step']:,}",  # as batch-age prints them
+            f"{row['trained_version']:,}",
             f"{row['tokens']:,}",
             _q(row["age"]),
             _q(row["wait_s"], digits=2),
