@@ -225,19 +225,9 @@ class EventReader:
         holding ``{...}],[{...}`` (no JSON value) would otherwise make two rows.
         """
         body = chunk[start : end - 1].replace(b"\n", b"],\n[")
-        array = b"".join((b"[[", body, b"]]"))
-        zeros = events.zero_keys()
-        try:
-            if self._typed is events.DECODER and not array.isascii():
-                events.check_utf8(array)  # as a plain parse would (see events.decode)
-            assert self._typed_lines is not None  # only called when typed
-            lines = self._typed_lines.decode(array)
-        except _TYPED_ERRORS:
+        lines = self._rows(b"".join((b"[[", body, b"]]")), chunk.count(b"\n", start, end))
+        if lines is None:
             return None
-        if events.zero_keys() != zeros:
-            return None  # a version key 0, maybe written "-0": line by line (events.zero_keys)
-        if len(lines) != chunk.count(b"\n", start, end):
-            return None  # a line with "],[" in it made two rows: it is no event
         decoded = [line[0] for line in lines]
         if self.first_line_is_event is None and decoded:
             self.first_line_is_event = True
@@ -253,16 +243,9 @@ class EventReader:
         line, a torn one, a version key 0, a line holding ``{...}],[{...}``)."""
         if not found:
             return []
-        array = b"".join((b"[[", b"],[".join([line for _, line in found]), b"]]"))
-        zeros = events.zero_keys()
-        try:
-            if self._typed is events.DECODER and not array.isascii():
-                events.check_utf8(array)  # as a plain parse would (see events.decode)
-            assert self._typed_lines is not None  # only called when typed
-            rows = self._typed_lines.decode(array)
-        except _TYPED_ERRORS:
-            return None
-        if events.zero_keys() != zeros or len(rows) != len(found):
+        rows = self._rows(b"".join((b"[[", b"],[".join([line for _, line in found]), b"]]")),
+                          len(found))  # fmt: skip
+        if rows is None:
             return None
         kinds = self.kinds
         return [
@@ -270,6 +253,23 @@ class EventReader:
             for (offset, _), row in zip(found, rows, strict=True)
             if kinds is None or row[0].event in kinds
         ]
+
+    def _rows(self, array: bytes, lines: int) -> list[Any] | None:
+        """``array``, a JSON array of one-event arrays (a line each), decoded in one call; None
+        if a line needs the line-by-line path: it fails to decode, it holds a version key 0
+        (maybe written "-0": see :func:`events.zero_keys`), or the rows are not ``lines``
+        (a line holding ``{...}],[{...}`` makes two rows and is no event)."""
+        zeros = events.zero_keys()
+        try:
+            if self._typed is events.DECODER and not array.isascii():
+                events.check_utf8(array)  # as a plain parse would (see events.decode)
+            assert self._typed_lines is not None  # only called when typed
+            rows: list[Any] = self._typed_lines.decode(array)
+        except _TYPED_ERRORS:
+            return None
+        if events.zero_keys() != zeros or len(rows) != lines:
+            return None
+        return rows
 
     def batches(self) -> Iterator[list[Any]]:
         """The events block by block (128 KB of file each): with ``as_type``, the fastest
