@@ -46,7 +46,9 @@ class PipelineStats:
     written: int = 0
     dropped_queue_full: int = 0
     dropped_write_error: int = 0
-    renamed_fields: int = 0  # events with a field named t, run_id or event (kept as t_, …)
+    #: Events with a field named t, run_id or event (kept as t_, …), or a name that was no
+    #: string (written as its text); each counted once.
+    renamed_fields: int = 0
     exporter_errors: int = 0
     #: Events waiting to be written when these stats were read.
     queued: int = 0
