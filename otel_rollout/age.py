@@ -263,11 +263,10 @@ def step_age(
     tokens = version_sum = 0
     by_age: dict[int, int] = {}
     top = AGE_BUCKETS[-1]
-    get, unpack = seals.get, _PAIRS.iter_unpack
     for group_id in group_ids:
-        counts = get(group_id)
-        if counts:  # seal_items(counts), inline: a call a group was ~5% of batch-age
-            for version, n in unpack(counts) if counts.__class__ is bytes else counts.items():
+        counts = seals.get(group_id)
+        if counts:
+            for version, n in seal_items(counts):
                 tokens += n
                 version_sum += version * n
                 age = trained_version - version

@@ -32,6 +32,22 @@ def reserve(b: TraceBuilder, gid: str, prompt: int) -> None:
     b.event("group.reserve", group_id=gid, prompt_id=prompt, size=1, weight_version=0, epoch=0)
 
 
+def long_ones_stale(trained: int) -> TraceBuilder:
+    """Twenty one-attempt groups of 10..29 tokens: the shortest ``trained`` sealed and
+    trained, the rest discarded as stale."""
+    b = TraceBuilder(run_id="A")
+    for n in range(20):
+        gid = f"g{n}"
+        reserve(b, gid, n)
+        attempt(b, f"a{n}", gid, n, tokens=10 + n)
+        if n < trained:
+            b.event("group.seal", group_id=gid, prompt_id=n, tokens=10 + n)
+            b.step(n, n + 1, [gid])
+        else:
+            b.event("group.discard", group_id=gid, prompt_id=n, reason="stale")
+    return b
+
+
 class TestKnownAnswers:
     def test_token_age_per_step_and_run(self):
         """A step trained at version 3 on tokens of versions 1, 2 and 3 has the ages 2, 1, 0
@@ -50,16 +66,7 @@ class TestKnownAnswers:
     def test_outcomes_lengths_and_the_starvation_ratio(self):
         """Short rollouts trained, long ones discarded as stale: each outcome gets its own
         lengths, the longest tenth's stale rate is 1, the shortest's 0: starvation is inf."""
-        b = TraceBuilder(run_id="A")
-        for n in range(20):
-            gid = f"g{n}"
-            reserve(b, gid, n)
-            attempt(b, f"a{n}", gid, n, tokens=10 + n)
-            if n < 10:
-                b.event("group.seal", group_id=gid, prompt_id=n, tokens=10 + n)
-                b.step(n, n + 1, [gid])
-            else:
-                b.event("group.discard", group_id=gid, prompt_id=n, reason="stale")
+        b = long_ones_stale(trained=10)
         reserve(b, "r", 99)
         attempt(b, "refused", "r", 99, tokens=0, end="refuse", reason="capacity")
         attempt(b, "gone", "r", 99, tokens=7, end="abandon", reason="error")
@@ -129,16 +136,7 @@ class TestKnownAnswers:
     def test_an_infinite_starvation_ratio_is_inf_in_json(self, tmp_path, cli):
         """Only the longest tenth gone stale: the ratio is ``"inf"`` in the JSON, as the text
         says, not ``null`` (which says nothing went stale)."""
-        b = TraceBuilder(run_id="A")
-        for n in range(20):
-            gid = f"g{n}"
-            reserve(b, gid, n)
-            attempt(b, f"a{n}", gid, n, tokens=10 + n)
-            if n < 19:
-                b.event("group.seal", group_id=gid, prompt_id=n, tokens=10 + n)
-                b.step(n, n + 1, [gid])
-            else:
-                b.event("group.discard", group_id=gid, prompt_id=n, reason="stale")
+        b = long_ones_stale(trained=19)
         path = b.write(tmp_path / "t.jsonl")
         record = json.loads(cli("staleness", "--json", str(path)).stdout)
         assert record["length_bias"]["long_rollout_starvation"] == "inf"

@@ -87,7 +87,9 @@ def share(part: int, whole: int) -> str:
     return f"{part / whole:.1%}" if whole else "n/a"
 
 
-def _number(value: float) -> str:
+def _number(value: float | str) -> str:
+    if isinstance(value, str):  # ±inf as a JSON record holds it (render.records.json_number)
+        return value
     if math.isinf(value):
         return "inf" if value > 0 else "-inf"
     return f"{value:,.4f}"

@@ -259,7 +259,6 @@ def _steps_table(rows: Sequence[StepAge], style: Style) -> Iterator[str]:
     yield f"<table><tr>{head}</tr>"
     for r in rows:
         record = step_record(r)
-        record["batch_age"] = r.batch_age  # the table's inf, not the JSON's "inf"
         yield "<tr>" + "".join(as_html(f, record[f.key], style) for f in STEP_FIELDS) + "</tr>"
     yield "</table></details>"
 
