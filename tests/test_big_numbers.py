@@ -184,6 +184,20 @@ def test_an_age_past_a_float_is_inf_in_text_and_json(tmp_path, cli):
     assert drawn and "inf" not in drawn  # no point of a chart at infinity
 
 
+def test_ages_past_a_float_both_ways_have_no_mean(tmp_path, cli):
+    """Steps aged +inf and -inf give the table's summary a mean of ``n/a`` (not ``nan``)
+    and a max of ``inf``."""
+    b = TraceBuilder(run_id="A")
+    b.sealed_group("g1", {0: 10})
+    b.step(0, 10**400, ["g1"])
+    b.sealed_group("g2", {10**400: 10})
+    b.step(1, 1, ["g2"])
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in b.events))
+    summary = cli("batch-age", str(path)).stdout.splitlines()[-1]
+    assert "mean batch age n/a, max inf" in summary and "nan" not in summary
+
+
 def test_a_report_with_an_infinite_age_draws_its_finite_steps_and_zooms(tmp_path, cli):
     """A page whose steps include an age of inf: no chart draws a point at infinity, and
     every zoom data block is strict JSON (``Infinity`` made the page's ``JSON.parse`` throw,

@@ -80,10 +80,11 @@ def write_steps(rows: Sequence[StepAge], out: TextIO, style: Style = PLAIN) -> N
 
             mean = float(sum(Fraction(age) * n for age, n in ages) / tokens)
         top = max(age for age, _ in ages)
+        # Steps aged +inf and -inf (versions past a float's range both ways) have no mean.
+        shown = "n/a" if math.isnan(mean) else as_text(age_field, mean)
         out.write(
             f"{counted(len(rows), 'step')}, {len(aged):,} with token counts; "
-            "token-weighted mean batch age "
-            f"{as_text(age_field, mean)}, max {as_text(age_field, top)}\n"
+            f"token-weighted mean batch age {shown}, max {as_text(age_field, top)}\n"
         )
     else:
         out.write(f"{counted(len(rows), 'step')}; none carries token counts, so no batch age\n")
