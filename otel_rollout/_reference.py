@@ -69,10 +69,10 @@ def print_batch_ages(argv: Sequence[str] | None = None) -> int:
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         return 2
-    reader = EventReader(path, typed=True, kinds=BATCH_AGE_EVENTS)
+    reader = EventReader(path, typed=True, kinds=BATCH_AGE_EVENTS, warn_if_no_trace=False)
     try:
         [rows] = run_file(reader, [StepAges()])  # the one pass batch-age uses
-        if reader.lines and not reader.events and not reader.first_line_is_event:
+        if reader.no_trace:
             print(
                 f"error: {path}: not a trace file (its first line is not a JSON event)",
                 file=sys.stderr,

@@ -99,6 +99,7 @@ class EventReader:
         typed: bool = False,
         validate: bool = False,
         end: int | None = None,
+        warn_if_no_trace: bool = True,
     ) -> None:
         self.path = trace_file(path)  # a log directory: the log inside it
         #: Read only the file's first ``end`` bytes (a file still being appended to, read
@@ -123,11 +124,17 @@ class EventReader:
         #: line was skipped with it: one warning for the one damaged line.
         self._damage: str | None = None
         self._damage_told = False
-        self.events = 0  # counted by numbered_batches()
+        self.events = 0  # counted block by block as they are read
         #: Whether line 1 is a JSON object with an ``event`` (None for an empty file).
         self.first_line_is_event: bool | None = None
         self._on_skip = on_skip
         self._progress = progress
+        #: The default warnings, held while the file may prove no trace at all (line 1 is
+        #: no event and no event is read yet): a README read by mistake then gets one
+        #: line, not ten warnings about its lines.  ``warn_if_no_trace=False``: not even
+        #: that line (a caller that raises its own error, as the CLI does).
+        self._held: list[tuple[int, str]] = []
+        self._warn_if_no_trace = warn_if_no_trace
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return self._scan(numbered=False)
@@ -155,7 +162,23 @@ class EventReader:
         if self._on_skip is not None:
             self._on_skip(lineno, reason)
         elif self.skipped <= MAX_WARNINGS:
+            if self.first_line_is_event is False and not self.events:
+                self._held.append((lineno, reason))  # told once an event is read
+            else:
+                self._tell_held()
+                _log.warning("%s:%d: %s; skipped", self.path, lineno, reason)
+
+    def _tell_held(self) -> None:
+        """Log the warnings held while the file might have been no trace (it is one)."""
+        for lineno, reason in self._held:
             _log.warning("%s:%d: %s; skipped", self.path, lineno, reason)
+        self._held.clear()
+
+    @property
+    def no_trace(self) -> bool:
+        """Whether the file, read, proved no trace: it has lines, line 1 is no JSON event,
+        and no line was one."""
+        return bool(self.lines) and not self.events and not self.first_line_is_event
 
     def _recover(self, lineno: int, line: bytes, error: Exception, torn: bool) -> Any:
         """The slow path for a line the decoder rejects: a BOM, a blank line, or a skip."""
@@ -275,7 +298,9 @@ class EventReader:
         """The events block by block (128 KB of file each): with ``as_type``, the fastest
         way through a file, since each block is decoded in one call."""
         for batch in self._blocks(numbered=False):
-            yield batch if batch.__class__ is list else list(batch)
+            events = batch if batch.__class__ is list else list(batch)
+            self.events += len(events)
+            yield events
 
     def numbered_batches(self) -> Iterator[tuple[list[Any], int | Sequence[int]]]:
         """The events block by block, each with where its events are: the line number
@@ -322,7 +347,13 @@ class EventReader:
 
     def _scan(self, numbered: bool) -> Iterator[Any]:
         for batch in self._blocks(numbered):
-            yield from batch
+            if batch.__class__ is list:
+                self.events += len(batch)
+                yield from batch
+            else:  # lazy, line by line: a skip is told between the events around it
+                for event in batch:
+                    self.events += 1
+                    yield event
 
     def _plan(self, numbered: bool, whole_numbered: bool) -> tuple[Any, bool]:
         """``(pattern, whole_blocks)``: how blocks are read for the kinds asked for."""
@@ -367,6 +398,16 @@ class EventReader:
         if self._progress is not None:
             self._progress(total, total)
         self.lines = lineno
+        if self._held and self.no_trace:
+            if self._warn_if_no_trace:
+                _log.warning(
+                    "%s: not a trace file (its first line is not a JSON event); %s skipped",
+                    self.path,
+                    f"{self.skipped:,} line{'s' if self.skipped != 1 else ''}",
+                )
+            self._held.clear()
+            return
+        self._tell_held()
         if self._on_skip is None and self.skipped > MAX_WARNINGS:
             _log.warning(
                 "%s: %d more lines skipped (%d in all)",

@@ -120,6 +120,49 @@ class TestBatchAge:
         assert_clean_error(proc, 2)
         assert message in proc.stderr
 
+    @pytest.mark.parametrize(
+        "command",
+        [["batch-age"], ["cost"], ["staleness"], ["report", "-o", "{tmp}/r.html"],
+         ["timeline", "-o", "{tmp}/t.json"], ["export"]],
+    )  # fmt: skip
+    def test_a_file_that_is_no_trace_gets_one_line(self, cli, tmp_path, command):
+        """A text file whose lines name event kinds (a README read by mistake) gets the one
+        "not a trace file" error from every read command, without a warning per line."""
+        path = tmp_path / "notes.md"
+        lines = [f"- train.step and attempt.seal {i}\n" for i in range(40)]
+        path.write_text("# notes\n" + "".join(lines))
+        args = [a.format(tmp=tmp_path) for a in command]
+        proc = cli(*args, str(path))
+        assert_clean_error(proc, 2)
+        assert proc.stderr.strip().splitlines() == [
+            f"otel-rollout: error: {path}: not a trace file (its first line is not a JSON event)"
+        ]
+
+    def test_a_trace_after_a_bad_first_line_warns_of_every_bad_line_in_order(
+        self, cli, tmp_path, trace_file
+    ):
+        """A trace whose line 1 is damaged is still a trace: its bad lines are warned of, by
+        line and in order, before the result."""
+        lines = trace_file.read_bytes().splitlines(keepends=True)
+        bad = b'{"t": 1, "event": "train.step", "step": -1}\n'
+        path = tmp_path / "t.jsonl"
+        path.write_bytes(b"garbage\n" + b"".join(lines[:3]) + bad + b"".join(lines[3:]))
+        proc = cli("batch-age", "--json", str(path))
+        assert proc.returncode == 0, proc.stderr
+        warned = [w.split(f"{path}:")[1].split(":")[0] for w in proc.stderr.splitlines()]
+        assert warned == ["1", "5"] and proc.stdout
+
+    def test_the_reader_says_in_one_warning_a_file_is_no_trace(self, tmp_path, caplog):
+        """Read through the API, a file that is no trace gets one warning with its count of
+        lines, not one per line."""
+        path = tmp_path / "notes.txt"
+        path.write_text("".join(f"line {i}\n" for i in range(30)))
+        with caplog.at_level("WARNING", logger="otel_rollout"):
+            assert list(EventReader(path)) == []
+        assert [r.getMessage() for r in caplog.records] == [
+            f"{path}: not a trace file (its first line is not a JSON event); 30 lines skipped"
+        ]
+
     def test_directory_is_a_usage_error(self, cli, tmp_path):
         """Passing the log directory says which file to pass instead."""
         proc = cli("batch-age", str(tmp_path))

@@ -53,11 +53,12 @@ class TestReadEvents:
         assert seen == [2, 3, 6] and reader.skipped == 3
 
     def test_warnings_are_capped_then_summed_up(self, tmp_path, caplog):
-        """A file of garbage logs a few line warnings and one summary, not one per line."""
+        """A trace of one event then garbage logs a few line warnings and one summary, not
+        one per line."""
         path = tmp_path / "t.jsonl"
-        path.write_bytes(b"bad\n" * 1000)
+        path.write_bytes(b'{"t": 1, "run_id": "r", "event": "tick"}\n' + b"bad\n" * 1000)
         with caplog.at_level(logging.WARNING, logger="otel_rollout"):
-            assert list(read_events(path)) == []
+            assert [e["event"] for e in read_events(path)] == ["tick"]
         assert len(caplog.records) == MAX_WARNINGS + 1
         assert "(1000 in all)" in caplog.records[-1].getMessage()
 

@@ -56,6 +56,7 @@ def trace_reader(
         as_type=as_type,
         typed=typed,
         validate=validate,
+        warn_if_no_trace=False,  # check_is_trace says so, as an error
     )
 
 
