@@ -40,17 +40,24 @@ from ._blocks import (
     numbered as number_lines,
 )
 from ._torn import cut_short, run_of
+from ._warnings import MAX_WARNINGS, CappedWarnings
 from .constants import ROLLOUT_TRACE_FILENAME
 
-__all__ = ["EventReader", "EventStream", "read_events", "too_long", "trace_file", "unreadable"]
+__all__ = [
+    "MAX_WARNINGS",
+    "EventReader",
+    "EventStream",
+    "read_events",
+    "too_long",
+    "trace_file",
+    "unreadable",
+]
 
 _log = logging.getLogger("otel_rollout")
 
 _BOM = b"\xef\xbb\xbf"
 #: Up to this many wanted kinds, lines of other kinds are skipped without parsing.
 _MOST_KINDS_SEARCHED = 4
-#: Lines reported one by one before the rest are only counted.
-MAX_WARNINGS = 10
 #: How a skip reason begins for a torn line with more lines after it (see ``on_skip``).
 TORN_LINE = "torn line"
 
@@ -119,7 +126,6 @@ class EventReader:
             )
         self.kinds = frozenset(kinds) if kinds is not None else None
         self.lines = 0
-        self.skipped = 0
         #: Why a compressed file's data ended early (once read), and whether its cut last
         #: line was skipped with it: one warning for the one damaged line.
         self._damage: str | None = None
@@ -129,12 +135,13 @@ class EventReader:
         self.first_line_is_event: bool | None = None
         self._on_skip = on_skip
         self._progress = progress
-        #: The default warnings, held while the file may prove no trace at all (line 1 is
-        #: no event and no event is read yet): a README read by mistake then gets one
-        #: line, not ten warnings about its lines.  ``warn_if_no_trace=False``: not even
-        #: that line (a caller that raises its own error, as the CLI does).
-        self._held: list[tuple[int, str]] = []
+        #: The default warnings: held while the file may prove no trace at all (line 1 is
+        #: no event and no event is read yet), so a README read by mistake gets one line,
+        #: not ten warnings about its lines.  ``warn_if_no_trace=False``: not even that
+        #: line (a caller that raises its own error, as the CLI does).
+        self._warnings = CappedWarnings(self.path, "lines skipped")
         self._warn_if_no_trace = warn_if_no_trace
+        self._skipped_by_caller = 0
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return self._scan(numbered=False)
@@ -158,21 +165,18 @@ class EventReader:
             run = run_of(line)
             writer = "its writer" if run is None else f"the writer of run {run}"
             reason = f"{TORN_LINE}: {writer} was killed mid-line ({reason})"
-        self.skipped += 1
         if self._on_skip is not None:
+            self._skipped_by_caller += 1
             self._on_skip(lineno, reason)
-        elif self.skipped <= MAX_WARNINGS:
-            if self.first_line_is_event is False and not self.events:
-                self._held.append((lineno, reason))  # told once an event is read
-            else:
-                self._tell_held()
-                _log.warning("%s:%d: %s; skipped", self.path, lineno, reason)
+        else:
+            warnings = self._warnings
+            warnings.holding = self.first_line_is_event is False and not self.events
+            warnings.warn(lineno, f"{reason}; skipped")
 
-    def _tell_held(self) -> None:
-        """Log the warnings held while the file might have been no trace (it is one)."""
-        for lineno, reason in self._held:
-            _log.warning("%s:%d: %s; skipped", self.path, lineno, reason)
-        self._held.clear()
+    @property
+    def skipped(self) -> int:
+        """Lines skipped so far (not events: invalid, torn, too long, …)."""
+        return self._skipped_by_caller + self._warnings.count
 
     @property
     def no_trace(self) -> bool:
@@ -398,23 +402,17 @@ class EventReader:
         if self._progress is not None:
             self._progress(total, total)
         self.lines = lineno
-        if self._held and self.no_trace:
+        warnings = self._warnings
+        if warnings.held and self.no_trace:
+            warnings.drop()
             if self._warn_if_no_trace:
                 _log.warning(
                     "%s: not a trace file (its first line is not a JSON event); %s skipped",
                     self.path,
                     f"{self.skipped:,} line{'s' if self.skipped != 1 else ''}",
                 )
-            self._held.clear()
-            return
-        self._tell_held()
-        if self._on_skip is None and self.skipped > MAX_WARNINGS:
-            _log.warning(
-                "%s: %d more lines skipped (%d in all)",
-                self.path,
-                self.skipped - MAX_WARNINGS,
-                self.skipped,
-            )
+        else:
+            warnings.done()
 
     def _block(
         self,

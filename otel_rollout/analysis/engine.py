@@ -11,18 +11,16 @@ with a warning naming its line, so every analysis reads the same events.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .. import events
-from ..reader import MAX_WARNINGS, EventReader, EventStream, Progress
+from .._warnings import CappedWarnings
+from ..reader import EventReader, EventStream, Progress
 from .state import State, Stop
 
 __all__ = ["Analysis", "Engine", "OnWarning", "run_events", "run_file"]
-
-_log = logging.getLogger("otel_rollout")
 
 #: ``(where, message)``: ``where`` is a line number, or ``"event N"`` for events in memory.
 OnWarning = Callable[[int | str, str], None]
@@ -152,18 +150,8 @@ class Engine:
 
 def _file_warner(path: str | os.PathLike[str]) -> tuple[OnWarning, Callable[[], None]]:
     """The default warning: the first few logged with the file and line, then a count."""
-    seen = [0]
-
-    def warn(where: int | str, message: str) -> None:
-        seen[0] += 1
-        if seen[0] <= MAX_WARNINGS:
-            _log.warning("%s:%s: %s", path, where, message)
-
-    def done() -> None:
-        if seen[0] > MAX_WARNINGS:
-            _log.warning("%s: %d more warnings (%d in all)", path, seen[0] - MAX_WARNINGS, seen[0])
-
-    return warn, done
+    warnings = CappedWarnings(path)
+    return warnings.warn, warnings.done
 
 
 def run_file(

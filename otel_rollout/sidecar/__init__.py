@@ -41,10 +41,11 @@ from typing import Any
 
 import msgspec
 
+from .._warnings import MAX_WARNINGS
 from ..events import decode_plain, from_object, parse_problem
 from ..follow import FileFollower
 from ..otel import OtelSettings
-from ..reader import MAX_WARNINGS, too_long
+from ..reader import too_long
 from ._control import ControlServer, Note, send, settings_key, sidecar_log
 from ._process import follow_log, pid_alive, writes_to
 

@@ -1,0 +1,65 @@
+"""Warnings about a file's lines, told as every reader tells them: the first few, each
+with the file and where, then one count at the end.
+
+The reader warns of the lines it skips, the one pass of the problems it finds; a
+long-running follower (the sidecar) tells the first few and stops, with the same limit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+__all__ = ["MAX_WARNINGS", "CappedWarnings"]
+
+_log = logging.getLogger("otel_rollout")
+
+#: Warnings told one by one before the rest are only counted.
+MAX_WARNINGS = 10
+
+
+class CappedWarnings:
+    """Up to :data:`MAX_WARNINGS` warnings ``path:where: message``, then, at :meth:`done`,
+    ``path: N more <what> (M in all)``.
+
+    While :attr:`holding`, warnings are kept instead of told (a reader that may yet find
+    the file is no trace at all); :meth:`release` tells them, :meth:`drop` forgets them.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], what: str = "warnings") -> None:
+        self.path = path
+        self.what = what
+        self.count = 0
+        self.holding = False
+        self._held: list[tuple[int | str, str]] = []
+
+    def warn(self, where: int | str, message: str) -> None:
+        self.count += 1
+        if self.count > MAX_WARNINGS:
+            return
+        if self.holding:
+            self._held.append((where, message))
+            return
+        self.release()
+        _log.warning("%s:%s: %s", self.path, where, message)
+
+    @property
+    def held(self) -> bool:
+        return bool(self._held)
+
+    def release(self) -> None:
+        """Tell the held warnings, in the order they came."""
+        for where, message in self._held:
+            _log.warning("%s:%s: %s", self.path, where, message)
+        self._held.clear()
+
+    def drop(self) -> None:
+        """Forget the held warnings (their file was said to be no trace instead)."""
+        self._held.clear()
+
+    def done(self) -> None:
+        """The end of the file: what was held is told, and what was only counted."""
+        self.release()
+        if self.count > MAX_WARNINGS:
+            more = self.count - MAX_WARNINGS
+            _log.warning("%s: %d more %s (%d in all)", self.path, more, self.what, self.count)
