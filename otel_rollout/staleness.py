@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._spans_of_time import FAR_S, whole_ms
 from .age import seal_items
 from .analysis import Analysis, OnWarning, Stop, run_events, run_file
-from .cost import LOST_AT_STOP, PENDING, GroupFates
 from .distributions import (
     STALE,
     deciles,
@@ -30,6 +30,7 @@ from .distributions import (
     summary,
     weighted_quantile,
 )
+from .ledger import LOST_AT_STOP, PENDING, GroupFates
 from .reader import EventReader, Progress
 
 __all__ = [
@@ -159,7 +160,7 @@ class StalenessAnalysis(Analysis):
     def _flight(self, e: Any) -> int:
         """Milliseconds from the attempt's dispatch or resume to ``e`` (0 if not in flight)."""
         attempt = self.state.attempts.get(e.attempt_id)
-        return round(max(e.t - attempt[2], 0.0) * 1000) if attempt is not None else 0
+        return whole_ms(e.t - attempt[2]) if attempt is not None else 0
 
     def _group(self, e: Any) -> _Group:
         """The group's record (made on first sight: its ID interned, one string for all)."""
@@ -189,7 +190,8 @@ class StalenessAnalysis(Analysis):
             ms = 0
             if attempt is not None:
                 flight = e.t - attempt[2]
-                ms = round(flight * 1000) if flight > 0.0 else 0
+                if flight > 0.0:
+                    ms = round(flight * 1000) if flight < FAR_S else whole_ms(flight)
             try:
                 held.append(e.tokens)
             except OverflowError:  # a count past 64 bits: this group's lengths in a list
@@ -225,7 +227,7 @@ class StalenessAnalysis(Analysis):
     def stop(self, stop: Stop) -> None:
         last_t = stop.old.last_t
         for _, _, t in stop.attempts:  # running when its run stopped: it died with it
-            self._count(LOST_AT_STOP, 0, round(max(last_t - t, 0.0) * 1000))
+            self._count(LOST_AT_STOP, 0, whole_ms(last_t - t))
 
     def result(self) -> StalenessReport:
         state = self.state

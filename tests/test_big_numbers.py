@@ -222,3 +222,46 @@ def test_a_report_with_an_infinite_age_draws_its_finite_steps_and_zooms(tmp_path
 
 def _refuse(name: str) -> None:
     raise ValueError(f"{name} is not JSON a browser parses")
+
+
+@pytest.mark.parametrize(
+    "first, last",
+    [(1.7e9, 1.7e18), (-1.7e308, 1.7e308), (1e300, 1.7e308)],
+    ids=["seconds-then-nanoseconds", "infinite-span", "far-times"],
+)
+def test_spans_past_64_bits_of_milliseconds_are_held_at_the_bound(tmp_path, cli, first, last):
+    """Valid times whose spans overflow 64-bit milliseconds (or a float: ``-1.7e308`` to
+    ``1.7e308``) are held at the bound by every view: an attempt sealed, one abandoned,
+    one running at a stop, steps; no traceback, and staleness's longest flight is the
+    bound (1e12 s)."""
+    b = TraceBuilder(run_id="A")
+    ids = {"group_id": "g", "prompt_id": 0}
+    b.event("group.reserve", size=3, weight_version=0, t=first, **ids)
+    for n, attempt in enumerate(("a", "b", "c")):
+        b.event("attempt.dispatch", attempt_id=attempt, generation_index=n, weight_version=0,
+                t=first, **ids)  # fmt: skip
+    b.event("attempt.seal", attempt_id="a", generation_index=0, tokens=5, t=last, **ids)
+    b.event("attempt.abandon", attempt_id="b", generation_index=1, reason="stale", tokens=3,
+            t=last, **ids)  # fmt: skip
+    b.event("group.seal", tokens=5, tokens_by_version={"0": 5}, t=last, **ids)
+    b.event("train.step", step=0, trained_version=1, group_ids=["g"], t=last)
+    b.events.append({"t": last, "run_id": "B", "event": "run.start", "schema": 1, "pid": 2})
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in b.events))
+    for args in (["staleness"], ["cost"], ["batch-age"], ["watch", "--once"],
+                 ["report", "-o", str(tmp_path / "r.html")],
+                 ["timeline", "-o", str(tmp_path / "t.json")]):  # fmt: skip
+        proc = cli(*args, str(path))
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, (args, proc.stderr)
+    report = json.loads(cli("staleness", "--json", str(path)).stdout)
+    flights = [o["seconds_in_flight"]["max"] for o in report["length_bias"]["outcomes"].values()]
+    assert max(flights) == 1e12
+
+
+def test_a_sparkline_draws_infinite_ages_at_its_ends():
+    """``±inf`` batch ages take the highest and lowest bars; the finite ones keep their
+    scale, and a step without an age is a gap."""
+    from otel_rollout.render.live import sparkline
+
+    assert sparkline([1.0, math.inf, None, 3.0, -math.inf]) == "▁█ █▁"
+    assert sparkline([math.inf]) == "█"

@@ -7,6 +7,7 @@ extra), which only this module and the command import.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -27,17 +28,18 @@ _BARS = "▁▂▃▄▅▆▇█"
 
 def sparkline(values: list[float | None]) -> str:
     """One character per value, from the lowest bar (the smallest) to the highest; a
-    gap for a step with no batch age."""
-    known = [v for v in values if v is not None]
-    if not known:
-        return ""
-    low, high = min(known), max(known)
+    gap for a step with no batch age.  Ages past a float's range (``±inf``) take the
+    lowest or highest bar and leave the finite ones their scale."""
+    known = [v for v in values if v is not None and math.isfinite(v)]
+    low, high = (min(known), max(known)) if known else (0.0, 0.0)
     span = high - low
     top = len(_BARS) - 1
     out = []
     for v in values:
         if v is None:
             out.append(" ")
+        elif not math.isfinite(v):
+            out.append(_BARS[top if v > 0 else 0])
         else:
             out.append(_BARS[round((v - low) / span * top) if span > 0 else top // 2])
     return "".join(out)

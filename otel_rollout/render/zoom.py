@@ -17,6 +17,7 @@ from importlib import resources
 from itertools import pairwise
 from typing import Any
 
+from .._spans_of_time import bounded
 from ..age import AGE_BUCKETS
 from ..cost import CostReport
 from ..report import ReportData
@@ -122,7 +123,7 @@ def _columns(name: str, data: ReportData, style: Style) -> dict[str, Any]:
             "unit": scale.time_unit(t_end - t0)[0],  # seconds a unit of the static chart's x
             "runs": [labels[r] for r in runs],
             "n": [len(part) for part in by_run],  # points of each run, in run order
-            "ms": _deltas([round((t - t0) * 1000) for t, _, _, _ in rows]),  # ms since t0
+            "ms": _deltas([round(bounded(t - t0) * 1000) for t, _, _, _ in rows]),  # since t0
             "step": _deltas([step for _, _, step, _ in rows]),
             "age": [round(age, 6) for _, _, _, age in rows],
             "markers": [[round(t - t0, 3), label, c] for t, label, c in stop_markers(data, style)],

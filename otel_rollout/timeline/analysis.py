@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from .._spans_of_time import FAR_S, bounded
 from ..age import call_tokens_by_version
 from ..analysis import Analysis
 from ..analysis.state import Run
@@ -39,14 +40,12 @@ from .trace_events import (
 __all__ = ["Timeline", "TimelineSummary"]
 
 _RESUME: Any = EVENT_TYPES["attempt.resume"]
-#: Seconds from the file's first event past which a time is drawn at this bound: a valid
-#: but absurd ``t`` or ``duration_s`` (1e303) cannot be made microseconds.
-_FAR = 1e12
+_FAR = FAR_S
 
 
 def micros(seconds: float) -> int:
     """``seconds`` from the file's start as the trace's whole microseconds (bounded)."""
-    return int(max(-_FAR, min(_FAR, seconds)) * 1e6)
+    return int(bounded(seconds) * 1e6)
 
 
 _COLOURS = len(PALETTE)
