@@ -296,6 +296,27 @@ class TestCommand:
         assert drawn and all(e["ts"] <= end and e["ts"] + e.get("dur", 0) >= start for e in drawn)
         assert {e["pid"] for e in steps} == {1}
 
+    def test_steps_warn_of_a_bad_line_once_and_refuse_a_pipe(self, tmp_path, cli, bench_trace):
+        """--steps reads the file twice but warns of a bad line once; a pipe, which cannot
+        be read twice, gets one clear line instead of a wrong "no step" error."""
+        path = tmp_path / "t.jsonl"
+        with open(bench_trace, "rb") as f:
+            head = [next(f) for _ in range(200)]
+        bad = b'{"t": 1, "run_id": "r", "event": "train.step", "step": -1}\n'
+        path.write_bytes(b"".join(head[:5]) + bad + b"".join(head[5:]))
+        proc = cli("timeline", str(path), "--steps", "0:2", "-o", str(tmp_path / "o.json"))
+        assert proc.returncode == 0, proc.stderr
+        assert [w for w in proc.stderr.splitlines() if "WARNING" in w and ":6:" in w] == [
+            w for w in proc.stderr.splitlines() if "WARNING" in w
+        ] and proc.stderr.count(":6:") == 1
+        piped = subprocess.run(
+            f"cat {path} | {sys.executable} -m otel_rollout timeline --steps 0:2 /dev/stdin "
+            f"-o {tmp_path / 'p.json'}",
+            shell=True, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert piped.returncode == 2 and "save it to a file first" in piped.stderr
+        assert len(piped.stderr.strip().splitlines()) == 1
+
     def test_clear_errors(self, tmp_path, cli, bench_trace):
         """Bad cuts, a cut that keeps nothing and a missing file: exit 2, one line each."""
         cases = [

@@ -94,9 +94,18 @@ def write_timeline(
     is not a trace, or a cut that keeps nothing."""
     windows = None
     if steps is not None:
-        found, seen = find_step_windows(
-            trace_reader(path, kinds={"train.step"}, typed=True, progress=progress), steps
-        )
+        # Two passes: the steps' windows of time first, read without a word (the second
+        # pass warns of every line it skips, once); so the file must be one to read twice.
+        if not Path(path).is_file():
+            raise CliError(
+                f"{path}: --steps reads the trace twice, and this is no regular file (a "
+                "pipe?): save it to a file first"
+            )
+        quiet = trace_reader(
+            path, kinds={"train.step"}, typed=True, progress=progress,
+            on_skip=lambda line, why: None,
+        )  # fmt: skip
+        found, seen = find_step_windows(quiet, steps)
         if not found:
             raise CliError(
                 f"{path}: no train.step in --steps {_show(steps)} ({seen:,} steps in the file)"
