@@ -180,9 +180,9 @@ class EventReader:
 
     @property
     def no_trace(self) -> bool:
-        """Whether the file, read, proved no trace: it has lines, line 1 is no JSON event,
-        and no line was one."""
-        return bool(self.lines) and not self.events and not self.first_line_is_event
+        """Whether the file, read, proved no trace: line 1 is no JSON event and no line was
+        one (a file of blank lines is an empty trace, as an empty file is)."""
+        return self.first_line_is_event is False and not self.events
 
     def _recover(self, lineno: int, line: bytes, error: Exception, torn: bool) -> Any:
         """The slow path for a line the decoder rejects: a BOM, a blank line, or a skip."""
@@ -210,18 +210,19 @@ class EventReader:
         return None
 
     def _not_asked_for(self, line: bytes) -> bool:
-        """Whether a line found by kind, that does not decode, holds none of the kinds asked
-        for: it was found by its backslash alone (see ``kind_pattern``), and a reader that
-        reads a few kinds says nothing of other kinds' lines, valid or not."""
+        """Whether a line found by kind, that does not decode, is of no kind asked for: JSON
+        whose ``event`` is another kind (found by a kind's name in another field, or by a
+        backslash: see ``kind_pattern``), or no JSON and no kind's name in it (found by
+        its backslash alone).  A reader that reads a few kinds says nothing of other
+        kinds' lines, valid or not; a line that is no JSON but names a kind asked for may
+        be a torn one of that kind, and is told."""
         kinds = self.kinds
-        if kinds is None or self.first_line_is_event is None or b"\\" not in line:
+        if kinds is None or self.first_line_is_event is None:
             return False  # (the file's first line is always looked at: is it a trace?)
-        if any(kind.encode() in line for kind in kinds):
-            return False
         try:
             value = events.decode_plain(line)
         except _TYPED_ERRORS:
-            return True  # no JSON: no kind at all
+            return not any(kind.encode() in line for kind in kinds)
         kind = value.get("event") if value.__class__ is dict else None
         return not (kind.__class__ is str and kind in kinds)
 

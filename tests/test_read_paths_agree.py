@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from otel_rollout import _blocks
+from otel_rollout.analysis import StepAges, run_file
 from otel_rollout.cost import analyze_file
 from otel_rollout.live_age import LiveBatchAge
 from otel_rollout.reader import EventReader, read_events
@@ -249,3 +250,33 @@ def test_reading_a_few_kinds_says_nothing_of_other_kinds_lines_with_a_backslash(
     batch_age_by_step(read_events(path), on_malformed=lambda e, why: said.append(e["where"]))
     assert said == [4]
     assert validate(path).stdout.count(": error:") == 3  # validate reads every line
+
+
+def test_a_kinds_name_in_another_field_does_not_make_a_few_kinds_reader_warn(tmp_path, scanner):
+    """An invalid ``attempt.dispatch`` whose group_id holds the text ``group.seal`` is found
+    by a seal reader's search and then passed over in silence, as the same line with
+    another group_id is; a reader of every kind warns of both."""
+    bad = {"t": 1.0, "run_id": "r1", "event": "attempt.dispatch", "attempt_id": "a",
+           "prompt_id": 1, "generation_index": 0, "weight_version": -1}  # fmt: skip
+    lines = [orjson.dumps(START), orjson.dumps({**bad, "group_id": "x-group.seal"}),
+             orjson.dumps({**bad, "group_id": "y"}), orjson.dumps(step(1, []))]  # fmt: skip
+    path = write(tmp_path / "t.jsonl", lines)
+    said: list[int] = []
+    batch_age_by_step(read_events(path), on_malformed=lambda e, why: said.append(e["where"]))
+    assert said == []
+    warned: list[int | str] = []
+    run_file(path, [StepAges()], on_warning=lambda where, why: warned.append(where))
+    assert warned == []
+    every: list[int | str] = []
+    analyze_file(path, on_warning=lambda where, why: every.append(where))
+    assert every == [2, 3]
+
+
+def test_a_file_of_blank_lines_is_an_empty_trace(tmp_path, cli):
+    """Blank lines are passed over: a file of only blank lines reads as an empty file does
+    (exit 0), not as "not a trace file"."""
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"\n\r\n\n")
+    for command in ("batch-age", "cost", "staleness", "validate"):
+        proc = cli(command, str(path))
+        assert proc.returncode == 0 and "not a trace" not in proc.stderr, (command, proc.stderr)
