@@ -243,9 +243,7 @@ class CostAnalysis(Analysis):
 
     def _train_step(self, e: Any) -> None:
         state = self.state
-        age = e.batch_age
-        if age is None:
-            age = state.step_age(e).batch_age
+        age = state.shown_age(e)
         b = self.watching
         for gid in e.group_ids:
             group = state.groups.get(gid)

@@ -122,8 +122,7 @@ class ReportSeries(Analysis):
             self._point(e.t, len(running) - 1)
 
     def _step(self, e: Any) -> None:
-        row = self.state.step_age(e)
-        age = e.batch_age if e.batch_age is not None else row.batch_age
+        age = self.state.shown_age(e)
         if age is not None:
             if math.isfinite(age):
                 self.data.steps.append((e.t, e.run_id, e.step, float(age)))

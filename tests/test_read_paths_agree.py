@@ -280,3 +280,36 @@ def test_a_file_of_blank_lines_is_an_empty_trace(tmp_path, cli):
     for command in ("batch-age", "cost", "staleness", "validate"):
         proc = cli(command, str(path))
         assert proc.returncode == 0 and "not a trace" not in proc.stderr, (command, proc.stderr)
+
+
+def test_every_view_shows_the_counts_age_over_the_logged_one(tmp_path):
+    """A step whose logged live ``batch_age`` (7.5) disagrees with its groups' counts (age
+    1.0) shows 1.0 in batch-age, the report's chart and cost's means alike; a step whose
+    groups carry no counts shows its logged value where a view can show one."""
+    from otel_rollout.cost import analyze
+    from otel_rollout.report import collect
+    from otel_rollout.testing import TraceBuilder
+
+    b = TraceBuilder(run_id="A")
+    b.sealed_group("g", {0: 5})
+    b.event("train.step", step=0, trained_version=1, group_ids=["g"], batch_age=7.5)
+    b.event("group.seal", group_id="h", prompt_id=1, tokens=4)  # no counts
+    b.event("train.step", step=1, trained_version=2, group_ids=["h"], batch_age=2.5)
+    assert batch_age_by_step(b.events) == {0: 1.0}
+    assert [age for _, _, _, age in collect(b.events).steps] == [1.0, 2.5]
+    b.events.append({"t": 99.0, "run_id": "B", "event": "run.start", "schema": 1, "pid": 2})
+    [boundary] = analyze(b.events).report()["boundaries"]
+    assert boundary["batch_age_before"] == (1.0 + 2.5) / 2
+
+
+def test_a_seal_after_the_step_that_trained_it_is_warned_of_alike(tmp_path, cli):
+    """A group sealed after a train.step trained it (the views' counts then differ for
+    that step) gets the same warning, on the same line, from validate and batch-age."""
+    lines = [orjson.dumps(START), orjson.dumps(seal("g1", {"0": 10})),
+             orjson.dumps(step(0, ["g1"])), orjson.dumps(seal("g1", {"1": 10}))]  # fmt: skip
+    path = write(tmp_path / "t.jsonl", lines)
+    said = "group g1 is sealed after a train.step trained it"
+    checked = validate(path)
+    assert f"{path}:4: warning: {said}" in checked.stdout
+    read = cli("batch-age", str(path))
+    assert read.returncode == 0 and f"{path}:4: {said}" in read.stderr

@@ -27,6 +27,7 @@ __all__ = [
     "Step",
     "Stop",
     "never_sealed",
+    "sealed_after_training",
 ]
 
 
@@ -38,6 +39,16 @@ def never_sealed(step: int, group_ids: Iterable[str], sealed: Container[str]) ->
         return None
     shown = ", ".join(never[:5]) + (f" and {len(never) - 5} more" if len(never) > 5 else "")
     return f"train.step {step} names groups that were never sealed: {shown}"
+
+
+def sealed_after_training(group_id: str) -> str:
+    """The warning for a ``group.seal`` of a group a ``train.step`` already trained
+    (``validate`` and every analysis give the same one)."""
+    return (
+        f"group {group_id} is sealed after a train.step trained it: batch-age and "
+        "staleness take this later seal's counts for that step, the report's chart and "
+        "cost the counts as they were when it trained"
+    )
 
 
 Warn = Callable[[Any, str], None]  # (the event, the problem)
@@ -91,6 +102,13 @@ class State:
             self._age_of = e
             self._age = step_age(e.step, e.trained_version, e.group_ids, self.seals)
         return self._age
+
+    def shown_age(self, e: Any) -> float | None:
+        """The batch age a view of the ``train.step`` ``e`` shows as the pass reads it: its
+        groups' counts read so far, or, where they carry none, the live value the step
+        logged (None if neither)."""
+        age = self.step_age(e).batch_age
+        return e.batch_age if age is None else age
 
     def appliers(self, kinds: frozenset[str] | None = None) -> dict[str, Callable[[Any], None]]:
         """The state's own handler of each kind it follows: every kind, or those of
@@ -207,14 +225,13 @@ class State:
             group = self.groups[e.group_id] = Group(e.run_id, self.epochs.get(e.group_id, 0), e.t)
         group.sealed_tokens = e.tokens
         self.carries.seal(e, group)
-        group_id = e.group_id
-        if group_id not in self.seals:  # one string a group for every record (see engine)
-            group_id = sys.intern(group_id)
-        self.seals[group_id] = seal_counts(e.tokens_by_version)
+        self._seal_counts(e)
 
     def _seal_counts(self, e: Any) -> None:
         group_id = e.group_id
-        if group_id not in self.seals:
+        if group_id in self.trained:
+            self.warn(e, sealed_after_training(group_id))
+        elif group_id not in self.seals:  # one string a group for every record (see engine)
             group_id = sys.intern(group_id)
         self.seals[group_id] = seal_counts(e.tokens_by_version)
 
@@ -235,7 +252,7 @@ class State:
             epochs.pop(group_id, None)
 
     def _step_only(self, e: Any) -> None:
-        self._step(e)
+        self.trained.update(self._step(e))
 
     def _step(self, e: Any) -> list[str]:
         """The step as the surviving one of its number (what batch age needs of it), and its

@@ -7,7 +7,7 @@ import sys
 from collections import Counter
 from typing import Any
 
-from ..analysis.state import never_sealed
+from ..analysis.state import never_sealed, sealed_after_training
 from ..events import problems
 from ..reader import TORN_LINE
 from ..render.words import counted, printable
@@ -181,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
     invalid = 0  # lines that parse but break the schema's rules
     unknown = 0  # events of kinds this version does not know
     sealed: set[str] = set()  # groups sealed so far, for the steps that name them
+    trained: set[str] = set()  # groups a step trained, for a seal that comes after
     order = _SpanOrder() if args.from_spans else None
     for lineno, event in reader.numbered():
         kind = event.get("event")
@@ -205,11 +206,14 @@ def run(args: argparse.Namespace) -> int:
         if early is not None:
             report.add(lineno, warn, early)
         if kind == "group.seal":
+            if event["group_id"] in trained:
+                report.add(lineno, warn, sealed_after_training(event["group_id"]))
             sealed.add(event["group_id"])
         elif kind == "train.step":
             unsealed = never_sealed(event["step"], event["group_ids"], sealed)
             if unsealed is not None:
                 report.add(lineno, warn, unsealed)
+            trained.update(event["group_ids"])
     for line, unreserved in order.unreserved() if order is not None else ():
         report.add(line, warn, unreserved)
     if torn:  # only blank lines after it: the file's torn last line
