@@ -14,11 +14,21 @@ from typing import Any
 
 from .analysis.state import Group, State
 
-__all__ = ["LOST_AT_STOP", "PENDING", "ROLLED_BACK", "TRAINED", "GroupFates", "Ledger", "add"]
+__all__ = [
+    "LOGGED_AGAIN",
+    "LOST_AT_STOP",
+    "PENDING",
+    "ROLLED_BACK",
+    "TRAINED",
+    "GroupFates",
+    "Ledger",
+    "add",
+]
 
 #: The wasted buckets that are not by reason (abandoned and discarded are).
 LOST_AT_STOP = "lost at a stop"
 ROLLED_BACK = "trained by a step a restore redid"
+LOGGED_AGAIN = "trained by a step its run logged again"
 
 
 class Ledger:
@@ -28,10 +38,8 @@ class Ledger:
     A group in flight collects its tokens in the shared state (by rollout key) and hands
     them over when it is trained, discarded, reserved again or left at the end.
     A group belongs to the last run that reserved it or sealed an attempt into it.  Its
-    tokens are ``trained`` if the surviving ``train.step`` of some step number (the last
-    one in the file) trained it; else wasted as ``ROLLED_BACK`` if an earlier step of that
-    number did; else ``discarded: reason``; else ``pending`` if its run is the file's
-    last, ``LOST_AT_STOP`` if not.  Memory: one small record per group and per step."""
+    tokens are wasted or trained by :class:`GroupFates`.  Memory: one small record per
+    group and per step."""
 
     def __init__(self) -> None:
         self.groups: dict[str, list[Any]] = {}  # group_id → [tokens, run_id, discard reason]
@@ -83,28 +91,38 @@ PENDING = "pending"
 class GroupFates:
     """The one rule for where a group's work went, once the whole file is read: ``trained``
     if the surviving ``train.step`` of some step number (the last one in the file)
-    trained it; else :data:`ROLLED_BACK` if an earlier step of that number did; else
-    ``discarded: REASON``; else ``pending`` if its run is the file's last; else
-    :data:`LOST_AT_STOP`.  The ledger and the staleness analysis both use it."""
+    trained it; else :data:`LOGGED_AGAIN` if a step its own run logged again under the
+    same number did; else :data:`ROLLED_BACK` if an earlier step of that number did
+    (a later run's replaced it); else ``discarded: REASON``; else ``pending`` if its run
+    is the file's last; else :data:`LOST_AT_STOP`.  The ledger and the staleness
+    analysis both use it."""
 
     def __init__(
-        self, surviving: Iterable[Iterable[str]], trained: Container[str], last_run: str | None
+        self,
+        surviving: Iterable[Iterable[str]],
+        trained: Container[str],
+        last_run: str | None,
+        logged_again: Container[str] = (),
     ) -> None:
         self.surviving: set[str] = set()
         for group_ids in surviving:  # the group_ids of each step number's last train.step
             self.surviving.update(group_ids)
         self.trained = trained  # groups any train.step trained
+        self.logged_again = logged_again  # groups of a step its run logged again
         self.last_run = last_run
 
     @classmethod
     def of(cls, state: State) -> GroupFates:
         """The fates by the shared state of a pass that has read the whole file."""
         last = state.run.run_id if state.run is not None else None
-        return cls((s.group_ids for s in state.steps.values()), state.trained, last)
+        surviving = (s.group_ids for s in state.steps.values())
+        return cls(surviving, state.trained, last, state.logged_again)
 
     def __call__(self, group_id: str, run_id: str, reason: str | None) -> str:
         if group_id in self.surviving:
             return TRAINED
+        if group_id in self.logged_again:
+            return LOGGED_AGAIN
         if group_id in self.trained:
             return ROLLED_BACK
         if reason is not None:

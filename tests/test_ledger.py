@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from otel_rollout.analysis import run_events
 from otel_rollout.cost import LOST_AT_STOP, ROLLED_BACK, CostAnalysis, analyze
+from otel_rollout.ledger import LOGGED_AGAIN
 from otel_rollout.testing import TraceBuilder
 
 
@@ -130,6 +131,7 @@ def traces(draw: st.DrawFn) -> list[dict[str, Any]]:
             open_groups[gid] = used[gid] = list(left[old])  # new attempts, new generations
             carried[gid] = sum(lots.get(old, ())) + carried.get(old, 0)  # all it finished
         sealed = [g for g in kept if draw(st.booleans())]  # the snapshot kept these
+        trained_here = False  # this run logged a step: it may log that number again
         for _ in range(draw(st.integers(0, 25))):
             action = draw(
                 st.sampled_from(
@@ -191,8 +193,12 @@ def traces(draw: st.DrawFn) -> list[dict[str, Any]]:
             elif action == "train" and sealed:
                 batch = draw(st.lists(st.sampled_from(sealed), min_size=1, max_size=3, unique=True))
                 sealed = [g for g in sealed if g not in batch]
-                b.step(next_step, next_step + 1, batch)
-                next_step += 1
+                if trained_here and draw(st.integers(0, 7)) == 0:  # the last step logged again
+                    b.step(next_step - 1, next_step, batch)
+                else:
+                    b.step(next_step, next_step + 1, batch)
+                    next_step += 1
+                trained_here = True
                 settled += batch
             elif action == "publish":
                 b.event("checkpoint.publish", step=max(next_step - 1, 0), weight_version=0)
@@ -214,7 +220,8 @@ def naive_ledger(events: list[dict[str, Any]]) -> dict[str, Any]:
     wasted: Counter[str] = Counter()
     owner: dict[str, str] = {}
     discarded: dict[str, str] = {}
-    latest_step: dict[int, list[str]] = {}
+    latest_step: dict[int, tuple[str, list[str]]] = {}  # step → its last (run, groups)
+    logged_again: set[str] = set()  # groups of a step its own run logged again
     ever_trained: set[str] = set()
     run = None
     since_publish: set[str] = set()  # groups this run first trained or discarded since then
@@ -239,7 +246,10 @@ def naive_ledger(events: list[dict[str, Any]]) -> dict[str, Any]:
         elif kind == "group.discard":
             discarded[e["group_id"]] = e["reason"]
         elif kind == "train.step":
-            latest_step[e["step"]] = e["group_ids"]
+            before = latest_step.get(e["step"])
+            if before is not None and before[0] == e["run_id"]:
+                logged_again.update(before[1])
+            latest_step[e["step"]] = (e["run_id"], e["group_ids"])
             ever_trained.update(e["group_ids"])
         elif kind == "group.seal":
             gid = e["group_id"]
@@ -260,13 +270,15 @@ def naive_ledger(events: list[dict[str, Any]]) -> dict[str, Any]:
             if short > 0 and theirs and sum(lot[1] for lot in theirs) == short:
                 for lot in theirs:
                     lot[0] = gid
-    surviving = {g for groups in latest_step.values() for g in groups}
+    surviving = {g for _, groups in latest_step.values() for g in groups}
     trained = pending = 0
     for group, tokens, _, _ in lots:
         if not group:
             continue  # an abandoned attempt, counted above
         if group in surviving:
             trained += tokens
+        elif group in logged_again:
+            wasted[LOGGED_AGAIN] += tokens
         elif group in ever_trained:
             wasted[ROLLED_BACK] += tokens
         elif group in discarded:
@@ -315,8 +327,8 @@ def test_the_generator_makes_every_bucket():
         seen["pending"] += ledger["pending"] > 0
 
     collect()
-    buckets = ("trained", "pending", "abandoned", "discarded", LOST_AT_STOP, ROLLED_BACK, "carried",
-               "carried, settled")  # fmt: skip
+    buckets = ("trained", "pending", "abandoned", "discarded", LOST_AT_STOP, ROLLED_BACK,
+               LOGGED_AGAIN, "carried", "carried, settled")  # fmt: skip
     for bucket in buckets:
         assert seen[bucket], (bucket, dict(seen))
 
@@ -412,3 +424,25 @@ class TestCarriedWork:
         cost = CostAnalysis()
         run_events(b.events, [cost])
         assert len(cost.state.carries._settled) == SETTLED_KEPT
+
+
+def test_a_step_number_its_run_logs_again_is_no_restore(tmp_path, cli):
+    """One run logs step 0 twice (no stop, no restore): the first step's tokens are
+    wasted as trained by a step its run logged again, not by a restore, and validate and
+    cost warn of the second step on its line."""
+    b = TraceBuilder(run_id="A")
+    for n, (group, tokens) in enumerate((("g", 5), ("h", 7))):
+        ids = {"group_id": group, "prompt_id": n}
+        b.event("group.reserve", size=1, weight_version=n, **ids)
+        b.event("attempt.dispatch", attempt_id=f"a{n}", generation_index=0, weight_version=n,
+                **ids)  # fmt: skip
+        b.event("attempt.seal", attempt_id=f"a{n}", generation_index=0, tokens=tokens, **ids)
+        b.event("group.seal", tokens=tokens, tokens_by_version={str(n): tokens}, **ids)
+        b.step(0, n + 1, [group])
+    ledger = analyze(b.events).ledger
+    assert ledger == {"generated": 12, "trained": 7, "wasted": {LOGGED_AGAIN: 5}, "pending": 0}
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in b.events))
+    said = "train.step 0 again in the same run"
+    assert f"{path}:{len(b.events)}: warning: {said}" in cli("validate", str(path)).stdout
+    assert f"{path}:{len(b.events)}: {said}" in cli("cost", str(path)).stderr

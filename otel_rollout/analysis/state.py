@@ -28,6 +28,7 @@ __all__ = [
     "Stop",
     "never_sealed",
     "sealed_after_training",
+    "step_again",
 ]
 
 
@@ -48,6 +49,15 @@ def sealed_after_training(group_id: str) -> str:
         f"group {group_id} is sealed after a train.step trained it: batch-age and "
         "staleness take this later seal's counts for that step, the report's chart and "
         "cost the counts as they were when it trained"
+    )
+
+
+def step_again(step: int) -> str:
+    """The warning for a ``train.step`` whose number its own run logged before (no restore
+    between them; ``validate`` and every analysis give the same one)."""
+    return (
+        f"train.step {step} again in the same run: the later one is step {step}, and the "
+        "groups only the earlier one trained count as trained by a step its run logged again"
     )
 
 
@@ -75,6 +85,8 @@ class State:
         self.seals: dict[str, SealCounts] = {}
         self.steps: dict[int, Step] = {}  # step number → its surviving train.step
         self.trained: set[str] = set()  # groups any train.step trained
+        #: groups of a train.step a later one of the same number and run replaced
+        self.logged_again: set[str] = set()
         self._age_of: Any = None  # the train.step whose StepAge is in _age
         self._age: Any = None
         self.epochs: dict[str, int] = {}  # group_id → epoch, kept while attempts may name it
@@ -264,6 +276,10 @@ class State:
         # copies, kept to the end, were ~7 MB of the 1M-line bench trace's staleness peak.
         group_ids = [sys.intern(g) for g in e.group_ids]
         run_id = self.run_id(e)
+        earlier = self.steps.get(e.step)
+        if earlier is not None and earlier.run_id == run_id:
+            self.warn(e, step_again(e.step))
+            self.logged_again.update(earlier.group_ids)
         self.steps[e.step] = Step(e.step, e.trained_version, group_ids, run_id, e.t, e.batch_age)
         run = self.run
         if run is not None and (run.last_step is None or e.step > run.last_step):

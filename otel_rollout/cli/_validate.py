@@ -7,11 +7,13 @@ import sys
 from collections import Counter
 from typing import Any
 
-from ..analysis.state import never_sealed, sealed_after_training
+from ..analysis.state import never_sealed, sealed_after_training, step_again
 from ..events import problems
 from ..reader import TORN_LINE
 from ..render.words import counted, printable
 from ._common import check_is_trace, non_negative_int, print_json, trace_argument, trace_reader
+
+_NONE = object()  # no run logged the step yet
 
 _UNKNOWN = "unknown event kind"
 _WHO_UNKNOWN = "its writer was killed mid-line"
@@ -182,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
     unknown = 0  # events of kinds this version does not know
     sealed: set[str] = set()  # groups sealed so far, for the steps that name them
     trained: set[str] = set()  # groups a step trained, for a seal that comes after
+    step_runs: dict[Any, Any] = {}  # step number → the run that last logged it
     order = _SpanOrder() if args.from_spans else None
     for lineno, event in reader.numbered():
         kind = event.get("event")
@@ -214,6 +217,9 @@ def run(args: argparse.Namespace) -> int:
             if unsealed is not None:
                 report.add(lineno, warn, unsealed)
             trained.update(event["group_ids"])
+            if step_runs.get(event["step"], _NONE) == run_id:
+                report.add(lineno, warn, step_again(event["step"]))
+            step_runs[event["step"]] = run_id
     for line, unreserved in order.unreserved() if order is not None else ():
         report.add(line, warn, unreserved)
     if torn:  # only blank lines after it: the file's torn last line
