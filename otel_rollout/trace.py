@@ -130,7 +130,14 @@ class RolloutTrace:
         )
         self._config_fields = config_fields
         self.emit = self._pipeline.make_emit()  # type: ignore[method-assign]  # the pipeline's closure is the fast emit
-        self._submit_run_start()
+        # A second trace this process opens on a log it already writes is the same run (each
+        # process is one): its run.start names the first as parent, as a forked child's does,
+        # so analyses read its lines as the first's run, not as a stop at every switch.
+        first = next((t for t in _live if t.path == path and t._pid == self._pid), None)
+        if first is not None:
+            self._submit_run_start(parent_run_id=first.run_id)
+        else:
+            self._submit_run_start()
         _live.add(self)
         _handle_sigterm()
 

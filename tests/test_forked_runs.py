@@ -141,3 +141,49 @@ def test_a_child_writing_after_a_later_run_began_is_left_out_and_said(tmp_path) 
     assert report.runs == ["P", "Q"] and len(report.boundaries) == 1
     assert said == [(5, "run C, a forked child of run P, wrote after a later run began; "
                         "its lines from here on are not read")]  # fmt: skip
+
+
+def test_a_run_writing_again_after_a_later_run_began_is_left_out_and_said(
+    tmp_path, cli
+) -> None:
+    """Two processes writing one log line by line (or a file with a copy of itself
+    appended) are two runs and one stop, not a new run at every switch: the run that
+    writes again is said once, by validate and by the pass, and its later lines are
+    not read; memory stays that of two runs."""
+    lines = [{"t": 0, "run_id": "A", "event": "run.start", "schema": 1, "pid": 1},
+             {"t": 0, "run_id": "B", "event": "run.start", "schema": 1, "pid": 2}]  # fmt: skip
+    for n in range(2000):
+        for run in "AB":
+            lines.append({"t": n, "run_id": run, "event": "group.reserve", "group_id": f"{run}{n}",
+                          "prompt_id": n, "size": 1, "weight_version": 0})  # fmt: skip
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in lines))
+    said: list[tuple[object, str]] = []
+    [report] = run_file(path, [CostAnalysis()], on_warning=lambda w, m: said.append((w, m)))
+    assert report.runs == ["A", "B"] and len(report.boundaries) == 1
+    words = "run A writes again after a later run began"
+    assert [w for w, m in said if words in m] == [3] and len(said) == 1
+    assert f"{path}:3: warning: {words}" in cli("validate", str(path)).stdout
+
+
+def test_two_traces_one_process_opens_on_one_log_are_one_run(tmp_path) -> None:
+    """A second RolloutTrace a process opens on the log its first one writes is the same
+    run (each process is one): its run.start names the first as parent, and every line
+    of both is read as one run, with no stop."""
+    script = textwrap.dedent(
+        f"""
+        from otel_rollout.trace import RolloutTrace
+        a, b = RolloutTrace({str(tmp_path)!r}), RolloutTrace({str(tmp_path)!r})
+        for i in range(50):
+            for name, trace in (("a", a), ("b", b)):
+                trace.emit("group.reserve", group_id=f"{{name}}{{i}}", prompt_id=i, size=1,
+                           weight_version=0)
+        a.close(); b.close()
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    starts = [e for e in read_events(tmp_path) if e["event"] == "run.start"]
+    [first] = [e["run_id"] for e in starts if "parent_run_id" not in e]
+    assert [e.get("parent_run_id") for e in starts if e["run_id"] != first] == [first]
+    report = analyze_file(tmp_path / "rollout_trace.jsonl")
+    assert report.runs == [first] and report.boundaries == []

@@ -113,7 +113,7 @@ class Engine:
                 # A forked child's lines are its parent's run (State.root_of).
                 if e.run_id != run_id and (root := state.root_of(e)) != run_id:
                     if state.orphaned(e, root):
-                        continue  # a child whose parent's run a later run replaced
+                        continue  # a run that ended writes again (State.orphaned)
                     if run is not None:
                         run.last_t = last_t
                     e.run_id = root

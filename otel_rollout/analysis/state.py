@@ -26,6 +26,7 @@ __all__ = [
     "State",
     "Step",
     "Stop",
+    "ended_run_writes",
     "never_sealed",
     "sealed_after_training",
     "step_again",
@@ -61,6 +62,18 @@ def step_again(step: int) -> str:
     )
 
 
+def ended_run_writes(run_id: str, root: str) -> str:
+    """The warning for a line of a run that ended, written after a later run began
+    (``validate`` and every analysis give the same one)."""
+    if run_id != root:
+        return (f"run {run_id}, a forked child of run {root}, wrote after a later run began; "
+                "its lines from here on are not read")  # fmt: skip
+    return (
+        f"run {run_id} writes again after a later run began (two processes writing one log, "
+        "or a file with a copy of itself appended?); its lines from here on are not read"
+    )
+
+
 Warn = Callable[[Any, str], None]  # (the event, the problem)
 
 #: The kinds that put attempts and groups in flight, or take them out.
@@ -91,7 +104,8 @@ class State:
         self._age: Any = None
         self.epochs: dict[str, int] = {}  # group_id → epoch, kept while attempts may name it
         self.family: dict[str, str] = {}  # a forked child's run_id → its first ancestor's
-        self._orphans: set[str] = set()  # children whose parent's run ended, told of once
+        self._orphans: set[str] = set()  # writers whose run ended, told of once
+        self._run_ids: set[str] = set()  # every run begun
         #: Finished work a resumed run carried into groups of its own (see carry.py).
         self.carries = Carries(self.groups)
         self._apply: dict[str, Callable[[Any], None]] = {
@@ -160,15 +174,16 @@ class State:
         return root
 
     def orphaned(self, e: Any, root: str) -> bool:
-        """Whether ``e`` is a forked child's whose parent's run has ended (a later run began
-        since): said once for each such child, and not read (it would stop the run in
-        flight at every line)."""
-        if root == e.run_id or not any(r.run_id == root for r in self.runs):
+        """Whether ``e`` belongs to a run that has ended (a later run began since): a forked
+        child's whose parent's run ended, or a run writing again (two processes writing one
+        log, or a file with a copy of itself appended).  Said once for each such writer,
+        and not read: it would stop the run in flight at every line, and make a new run
+        of each switch."""
+        if root not in self._run_ids:
             return False
         if e.run_id not in self._orphans:
             self._orphans.add(e.run_id)
-            self.warn(e, f"run {e.run_id}, a forked child of run {root}, wrote after a later "
-                         "run began; its lines from here on are not read")  # fmt: skip
+            self.warn(e, ended_run_writes(e.run_id, root))
         return True
 
     def begin(self, e: Any) -> Stop | None:
@@ -176,6 +191,7 @@ class State:
         old = self.run
         run = self.run = Run(e.run_id, e.t, e.t, len(self.runs))
         self.runs.append(run)
+        self._run_ids.add(e.run_id)
         if old is None:
             return None
         attempts = self.attempts  # changed in place: the hot handlers hold it

@@ -7,7 +7,7 @@ import sys
 from collections import Counter
 from typing import Any
 
-from ..analysis.state import never_sealed, sealed_after_training, step_again
+from ..analysis.state import ended_run_writes, never_sealed, sealed_after_training, step_again
 from ..events import problems
 from ..reader import TORN_LINE
 from ..render.words import counted, printable
@@ -185,6 +185,12 @@ def run(args: argparse.Namespace) -> int:
     sealed: set[str] = set()  # groups sealed so far, for the steps that name them
     trained: set[str] = set()  # groups a step trained, for a seal that comes after
     step_runs: dict[Any, Any] = {}  # step number → the run that last logged it
+    # Runs in the order they began, as the readers follow them: a forked child's lines are
+    # its first ancestor's run; a run that ended (a later one began) is not read again.
+    family: dict[str, str] = {}  # a forked child's run_id → its first ancestor's
+    begun: set[str] = set()
+    ended_told: set[str] = set()
+    current: str | None = None
     order = _SpanOrder() if args.from_spans else None
     for lineno, event in reader.numbered():
         kind = event.get("event")
@@ -203,6 +209,19 @@ def run(args: argparse.Namespace) -> int:
                 unknown += 1
             continue
         kinds[str(kind)] += 1
+        writer: str = event["run_id"]  # a valid event's
+        root = family.get(writer, writer)
+        parent = event.get("parent_run_id") if kind == "run.start" else None
+        if isinstance(parent, str) and writer not in family:
+            root = family[writer] = family.get(parent, parent)
+        if root != current:
+            if root in begun:
+                if writer not in ended_told:
+                    ended_told.add(writer)
+                    report.add(lineno, warn, ended_run_writes(writer, root))
+                continue
+            begun.add(root)
+            current = root
         for line, misplaced in order.check(lineno, event) if order is not None else ():
             report.add(line, "error", misplaced)
         early = order.early(event) if order is not None else None
@@ -217,9 +236,9 @@ def run(args: argparse.Namespace) -> int:
             if unsealed is not None:
                 report.add(lineno, warn, unsealed)
             trained.update(event["group_ids"])
-            if step_runs.get(event["step"], _NONE) == run_id:
+            if step_runs.get(event["step"], _NONE) == root:
                 report.add(lineno, warn, step_again(event["step"]))
-            step_runs[event["step"]] = run_id
+            step_runs[event["step"]] = root
     for line, unreserved in order.unreserved() if order is not None else ():
         report.add(line, warn, unreserved)
     if torn:  # only blank lines after it: the file's torn last line
