@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import codecs
 import operator
+import sys
 import threading
 from collections.abc import Mapping
 from typing import Any, ClassVar, Union
@@ -154,9 +155,15 @@ def decode_plain(line: bytes) -> Any:
 
 def parse_problem(exc: Exception) -> str:
     """Why a line did not parse, as every reader and ``validate`` say it: JSON that is not
-    JSON, or a number no float holds (``1e400``: valid JSON, but no event's)."""
-    if isinstance(exc, msgspec.ValidationError):  # from the plain decoder: a number past a float
-        return f"not an event: {str(exc).split(' - at `', 1)[0].lower()} (past a float)"
+    JSON, a number no float holds (``1e400``: valid JSON, but no event's), or an integer
+    longer than Python reads from text (``sys.get_int_max_str_digits()``, 4,300 digits
+    unless ``PYTHONINTMAXSTRDIGITS`` says otherwise)."""
+    if isinstance(exc, msgspec.ValidationError):  # from the plain decoder: a number too big
+        said = str(exc).split(" - at `", 1)[0].lower()
+        if said.startswith("integer"):
+            limit = sys.get_int_max_str_digits()
+            return f"not an event: an integer of more than {limit:,} digits (Python's limit)"
+        return f"not an event: {said} (past a float)"
     return f"not valid JSON: {exc}"
 
 

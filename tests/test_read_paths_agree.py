@@ -313,3 +313,15 @@ def test_a_seal_after_the_step_that_trained_it_is_warned_of_alike(tmp_path, cli)
     assert f"{path}:4: warning: {said}" in checked.stdout
     read = cli("batch-age", str(path))
     assert read.returncode == 0 and f"{path}:4: {said}" in read.stderr
+
+
+def test_an_integer_past_pythons_digit_limit_is_named_alike(tmp_path, cli):
+    """A version of 4,301 digits (past what Python reads from text) is "not an event" in
+    the same words from validate and the readers, which name the limit, not a float."""
+    reserve = {**START, "event": "group.reserve", "group_id": "g", "prompt_id": 1, "size": 1,
+               "weight_version": 7}  # fmt: skip
+    line = orjson.dumps(reserve).replace(b'"weight_version":7', b'"weight_version":1' + b"0" * 4300)
+    path = write(tmp_path / "t.jsonl", [orjson.dumps(START), line])
+    words = "not an event: an integer of more than 4,300 digits (Python's limit)"
+    assert f"t.jsonl:2: error: {words}" in validate(path).stdout
+    assert f"t.jsonl:2: {words}; skipped" in cli("cost", str(path)).stderr
