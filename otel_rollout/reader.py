@@ -150,8 +150,12 @@ class EventReader:
         """Like iteration, but each event comes with its 1-based line number."""
         return self._scan(numbered=True)
 
-    def _skip(self, lineno: int, reason: str, torn: bool, line: bytes = b"") -> None:
-        if self.first_line_is_event is None:
+    def _skip(
+        self, lineno: int, reason: str, torn: bool, line: bytes = b"", judged: bool = True
+    ) -> None:
+        """Count and tell a skipped line; ``judged``: it was read and is no event (a line
+        too long to read says nothing of whether the file is a trace)."""
+        if self.first_line_is_event is None and judged:
             self.first_line_is_event = False
         if torn and self._damage is not None:  # cut short by the compressed data's end
             reason = f"torn last line (compressed data ends early or is corrupt: {self._damage})"
@@ -340,7 +344,7 @@ class EventReader:
 
     def skip_long_line(self, lineno: int, length: int) -> None:
         """Skip line ``lineno``, ``length`` bytes, over ``max_line_bytes`` (a follower's too)."""
-        self._skip(lineno, too_long(length, self.max_line_bytes), False)
+        self._skip(lineno, too_long(length, self.max_line_bytes), False, judged=False)
 
     def _numbered(self, batch: Any) -> tuple[list[Any], int | Sequence[int]]:
         if batch.__class__ is tuple:

@@ -3,6 +3,7 @@ blocks, line by line, lines found by kind in C or Python) and dicts in memory.""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -325,3 +326,16 @@ def test_an_integer_past_pythons_digit_limit_is_named_alike(tmp_path, cli):
     words = "not an event: an integer of more than 4,300 digits (Python's limit)"
     assert f"t.jsonl:2: error: {words}" in validate(path).stdout
     assert f"t.jsonl:2: {words}; skipped" in cli("cost", str(path)).stderr
+
+
+def test_lines_too_long_to_read_do_not_make_a_file_no_trace(tmp_path):
+    """A trace whose lines are all over ``OTEL_ROLLOUT_MAX_LINE_BYTES`` is warned of line
+    by line and read as empty (exit 0), not called "not a trace file": a line too long to
+    read says nothing of whether it is an event."""
+    path = write(tmp_path / "t.jsonl", [orjson.dumps(START), orjson.dumps(step(0, ["g"]))])
+    env = {**os.environ, "OTEL_ROLLOUT_MAX_LINE_BYTES": "20"}
+    for command in ("batch-age", "cost"):
+        proc = subprocess.run([sys.executable, "-m", "otel_rollout", command, str(path)],
+                              capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+        assert proc.returncode == 0, (command, proc.stderr)
+        assert "not a trace" not in proc.stderr and "over the limit of 20" in proc.stderr
