@@ -419,3 +419,20 @@ def test_numbers_past_what_a_command_can_use_are_usage_errors(args, demo_trace, 
     [error] = [line for line in proc.stderr.splitlines() if "error:" in line]  # after the usage
     assert ("must be" in error and "at most" in error) or "from 0 to" in error
     assert not (tmp_path / "sim").exists()
+
+
+def test_demo_replaces_only_a_demos_own_files(tmp_path, cli):
+    """The demo never deletes a trace it did not write (one line, exit 2, the file kept),
+    and replaces its own, saying so."""
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    trace = theirs / "rollout_trace.jsonl"
+    trace.write_text('{"t": 1, "run_id": "r", "event": "run.start", "schema": 1, "pid": 1}\n')
+    proc = cli("demo", "--log-dir", str(theirs), "--steps", "4", "--kill-at", "1", timeout=60)
+    assert proc.returncode == 2 and "no demo wrote it" in proc.stderr
+    assert trace.read_text().count("\n") == 1
+    ours = tmp_path / "ours"
+    fast = ("--steps", "6", "--kill-at", "2", "--speed", "50", "--quiet")
+    assert cli("demo", "--log-dir", str(ours), *fast, timeout=120).returncode == 0
+    again = cli("demo", "--log-dir", str(ours), *fast, timeout=120)
+    assert again.returncode == 0 and f"replacing the demo already in {ours}" in again.stderr

@@ -12,6 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
+from .. import events
 from ..constants import ROLLOUT_TRACE_FILENAME
 from ..render.text import write_cost, write_steps
 from ..simulate import CHECKPOINTS, SimConfig, SimStatus, latest_checkpoint, simulate
@@ -253,6 +256,44 @@ def _clear(log_dir: Path) -> None:
         shutil.rmtree(log_dir / sub, ignore_errors=True)
 
 
+#: The file a demo leaves in its log directory: the next demo may replace what is there.
+_DEMO_MARK = ".otel-rollout-demo"
+
+
+def _replace_demo(log_dir: Path) -> None:
+    """Clear a log directory for a demo: one a demo wrote, or one holding no trace; a trace
+    the demo did not write is never deleted."""
+    trace = log_dir / ROLLOUT_TRACE_FILENAME
+    if trace.exists():
+        if not (log_dir / _DEMO_MARK).exists() and not _demo_wrote(trace):
+            raise CliError(
+                f"{trace} exists and no demo wrote it: give the demo another --log-dir, or "
+                "remove it (the demo replaces only a demo's own files)"
+            )
+        print(f"(replacing the demo already in {log_dir})", file=sys.stderr)
+    _clear(log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    (log_dir / _DEMO_MARK).write_text("written by otel-rollout demo; the next demo replaces it\n")
+
+
+def _demo_wrote(trace: Path) -> bool:
+    """Whether a trace without the demo's mark is a demo's all the same (one written
+    before demos left their mark): its first run is ``simulate`` with every option given
+    as ``--name=value``, the way the demo starts it."""
+    try:
+        with open(trace, "rb") as f:
+            first = events.decode_plain(f.readline(65536))
+    except (OSError, msgspec.DecodeError):
+        return False
+    argv = first.get("argv") if isinstance(first, dict) else None
+    if not isinstance(argv, list) or len(argv) < 4 or argv[1:2] != ["simulate"]:
+        return False
+    options = [a for a in argv[2:] if isinstance(a, str) and a.startswith("--")]
+    return "--speed=" in " ".join(options) and all(
+        "=" in a for a in options if a not in ("--log-dir", "--quiet")
+    )
+
+
 def run_demo(args: argparse.Namespace) -> int:
     kills = args.kill_at
     if not kills:
@@ -263,7 +304,7 @@ def run_demo(args: argparse.Namespace) -> int:
             f"--kill-at {','.join(map(str, kills))}: every kill must come before the last "
             f"step ({args.steps - 1} with --steps {args.steps}); lower --kill-at or raise --steps"
         )
-    _clear(args.log_dir)
+    _replace_demo(args.log_dir)
     print(
         "otel-rollout demo: a simulated async GRPO run. The controller logs every rollout\n"
         "event through RolloutTrace; the engine keeps generating while new weights are\n"
