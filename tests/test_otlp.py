@@ -134,6 +134,26 @@ class TestReplay:
         assert proc.returncode == 1 and "1 spans could not be sent" in proc.stderr
         assert "Traceback" not in proc.stderr
 
+    def test_the_sdks_off_switches_hold_for_a_replay(self, tmp_path, protocol):
+        """OTEL_SDK_DISABLED=true, or OTEL_TRACES_EXPORTER=none without --endpoint, is one
+        line and exit 2 at once, with no span sent to a receiver that is listening;
+        --endpoint given on the command line outranks OTEL_TRACES_EXPORTER=none."""
+        path = tmp_path / "t.jsonl"
+        path.write_text(
+            '{"t":1.0,"run_id":"r","event":"checkpoint.publish","step":0,"weight_version":1}\n'
+        )
+        with OtlpReceiver(protocol) as rx:
+            base = ["export", str(path), "--protocol", protocol]
+            off = run([*base, "--endpoint", rx.endpoint], {"OTEL_SDK_DISABLED": "true"})
+            assert off.returncode == 2 and "OTEL_SDK_DISABLED=true" in off.stderr
+            none = run(base, {"OTEL_TRACES_EXPORTER": "none",
+                              "OTEL_EXPORTER_OTLP_ENDPOINT": rx.endpoint})  # fmt: skip
+            assert none.returncode == 2 and "OTEL_TRACES_EXPORTER=none" in none.stderr
+            assert rx.spans() == []
+            flag = run([*base, "--endpoint", rx.endpoint], {"OTEL_TRACES_EXPORTER": "none"})
+            assert flag.returncode == 0, flag.stderr
+            assert len(rx.spans()) == 1
+
     @pytest.mark.parametrize("endpoint", ["not a url", "http://x:abc", "localhost", "ftp://h:1"])
     def test_an_endpoint_that_is_no_url_is_a_usage_error_at_once(
         self, tmp_path, protocol, endpoint

@@ -70,14 +70,26 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.linger is not None and not args.follow:
         raise CliError("--linger goes with --follow (a replay ends at the end of the file)")
+    # A replay sends spans over OTLP unless OTEL_TRACES_EXPORTER names another exporter
+    # (console, or none) and no --endpoint overrides it.
+    named = os.environ.get("OTEL_TRACES_EXPORTER", "").strip()
     chosen = settings(
-        traces=None if args.follow else "otlp",
+        traces=None if args.follow or (named and not args.endpoint) else "otlp",
         endpoint=args.endpoint,
         protocol=args.protocol,
         service_name=args.service_name,
     )
+    if not chosen.enabled:
+        raise CliError("OTEL_SDK_DISABLED=true turns spans and metrics off: nothing to export "
+                       "(unset it to export)")  # fmt: skip
+    if not args.follow and chosen.traces == "none":
+        raise CliError("OTEL_TRACES_EXPORTER=none turns spans off: nothing to replay (unset "
+                       "it, or give --endpoint)")  # fmt: skip
     telemetry = _follow(args, chosen) if args.follow else _replay(args, chosen)
-    where = _where(args.endpoint, chosen.protocol)
+    if chosen.traces == "console":
+        where = "standard output (OTEL_TRACES_EXPORTER=console)"
+    else:
+        where = _where(args.endpoint, chosen.protocol)
     read = f"{counted(telemetry.events, 'event')} from {counted(len(telemetry.runs), 'run')}"
     if chosen.traces == "none":
         sent = "no spans (traces are not exported: OTEL_TRACES_EXPORTER or --endpoint say so)"
