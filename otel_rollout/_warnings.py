@@ -18,8 +18,17 @@ _log = logging.getLogger("otel_rollout")
 MAX_WARNINGS = 10
 
 
+def _tell(path: str | os.PathLike[str], where: int | str, message: str) -> None:
+    """``FILE:LINE: message``, or ``events in memory, event N: message``."""
+    if isinstance(where, int):
+        _log.warning("%s:%d: %s", path, where, message)
+    else:
+        _log.warning("%s, %s: %s", path, where, message)
+
+
 class CappedWarnings:
-    """Up to :data:`MAX_WARNINGS` warnings ``path:where: message``, then, at :meth:`done`,
+    """Up to :data:`MAX_WARNINGS` warnings ``path:line: message`` (``path, where:
+    message`` for a place that is no line number), then, at :meth:`done`,
     ``path: N more <what> (M in all)``.
 
     While :attr:`holding`, warnings are kept instead of told (a reader that may yet find
@@ -41,7 +50,7 @@ class CappedWarnings:
             self._held.append((where, message))
             return
         self.release()
-        _log.warning("%s:%s: %s", self.path, where, message)
+        _tell(self.path, where, message)
 
     @property
     def held(self) -> bool:
@@ -50,7 +59,7 @@ class CappedWarnings:
     def release(self) -> None:
         """Tell the held warnings, in the order they came."""
         for where, message in self._held:
-            _log.warning("%s:%s: %s", self.path, where, message)
+            _tell(self.path, where, message)
         self._held.clear()
 
     def drop(self) -> None:

@@ -42,6 +42,7 @@ from ._blocks import (
 from ._torn import cut_short, run_of
 from ._warnings import MAX_WARNINGS, CappedWarnings
 from .constants import ROLLOUT_TRACE_FILENAME
+from .schema import json_type
 
 __all__ = [
     "MAX_WARNINGS",
@@ -502,7 +503,7 @@ class EventReader:
                     continue
             else:
                 if event.__class__ is not dict:
-                    what = f"a JSON {type(event).__name__}, not an object"
+                    what = f"a JSON {json_type(event)}, not an object"
                     self._skip(where(n) if where else n, what, final)
                     first = False
                     continue

@@ -32,6 +32,7 @@ __all__ = [
     "FieldType",
     "json_schema",
     "json_schema_text",
+    "json_type",
     "markdown_reference",
     "problems",
     "shipped_json_schema",
@@ -360,6 +361,13 @@ EVENTS: Mapping[str, EventKind] = {
 }
 
 
+def json_type(value: Any) -> str:
+    """The JSON name of a decoded value's type (``null``, ``string``, ``array``, …)."""
+    names = {type(None): "null", bool: "boolean", int: "number", float: "number",
+             str: "string", list: "array", dict: "object"}  # fmt: skip
+    return names.get(type(value), type(value).__name__)
+
+
 def problems(event: Any) -> list[str]:
     """Everything wrong with one event, as sentences; empty when it is valid.
 
@@ -368,7 +376,7 @@ def problems(event: Any) -> list[str]:
     with the prefix ``"unknown event kind"`` for callers to treat as a warning.
     """
     if not isinstance(event, dict):
-        return [f"is a JSON {type(event).__name__}, not an object"]
+        return [f"is a JSON {json_type(event)}, not an object"]
     found: list[str] = []
     _check_fields(event, COMMON_FIELDS, True, found)
     name = event.get("event")

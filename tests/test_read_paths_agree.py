@@ -339,3 +339,22 @@ def test_lines_too_long_to_read_do_not_make_a_file_no_trace(tmp_path):
                               capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
         assert proc.returncode == 0, (command, proc.stderr)
         assert "not a trace" not in proc.stderr and "over the limit of 20" in proc.stderr
+
+
+def test_a_line_that_is_json_but_no_object_is_named_by_its_json_type(tmp_path, cli):
+    """``null``, a string and an array on a line are named by JSON's words, not Python's
+    (``NoneType``, ``str``, ``list``), by validate and the readers alike."""
+    path = write(tmp_path / "t.jsonl", [orjson.dumps(START), b"null", b'"x"', b"[1]"])
+    checked, read = validate(path).stdout, cli("cost", str(path)).stderr
+    for n, name in ((2, "null"), (3, "string"), (4, "array")):
+        assert f":{n}: error: a JSON {name}, not an object" in checked
+        assert f":{n}: is a JSON {name}, not an object; skipped" in read
+    assert "NoneType" not in checked + read
+
+
+def test_a_warning_about_events_in_memory_reads_as_a_sentence(caplog):
+    """Events handed in as dicts are warned of as ``events in memory, event N: …``."""
+    with caplog.at_level("WARNING", logger="otel_rollout"):
+        batch_age_by_step([START, {"t": 2, "run_id": "r1", "event": "train.step", "step": -1}])
+    [said] = [r.getMessage() for r in caplog.records]
+    assert said.startswith("events in memory, event 2: train.step: field 'step'")

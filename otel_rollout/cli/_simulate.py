@@ -126,7 +126,7 @@ _SIM_OPTIONS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
     (
         "max_groups_in_flight",
         at_least(1, _MOST_AT_ONCE),
-        "admission capacity: groups reserved, not yet trained",
+        "admission capacity: groups reserved and not yet taken into a training batch",
     ),
     ("engine_slots", at_least(1, _MOST_AT_ONCE), "concurrent engine calls"),
     ("checkpoint_every", non_negative_int, "steps between checkpoints, 0 for none"),
@@ -312,7 +312,7 @@ def run_demo(args: argparse.Namespace) -> int:
         "Batch age = trained version - token-weighted version of the batch's tokens.\n"
         f"The run is killed with SIGKILL after step{'s' * (len(args.kill_at) > 1)} "
         f"{', '.join(map(str, args.kill_at))} "
-        "and resumed from its latest checkpoint each time.\n",
+        "and resumed each time, from its latest checkpoint if it published one.\n",
         flush=True,
     )
     options = [

@@ -158,8 +158,15 @@ def run(args: argparse.Namespace) -> int:
     def settle(resumed: str | None) -> None:
         lineno, reason = torn.pop()
         if resumed is None:
-            # A writer killed mid-line is followed by the next run's run.start, not by itself.
-            message = f"a line cut short, and no new run starts after it: {reason}"
+            # A writer killed mid-line is followed by the next run's run.start, not by itself:
+            # the reader's guess of a killed writer is left out of what is said.
+            cause = reason
+            if " mid-line (" in reason:
+                cause = reason.rpartition(" mid-line (")[2].removesuffix(")")
+            message = (
+                "a line cut short, though no new run starts after it (not a killed writer): "
+                + cause
+            )
             report.add(lineno, "error", message)
         else:
             report.add(lineno, warn, f"{reason}; run {resumed} resumed after it")
