@@ -151,18 +151,20 @@ positive_int = at_least(1)
 non_negative_int = at_least(0)
 
 
-def amount_of(unit: str) -> Callable[[str], float]:
-    """An argparse type: a finite number ≥ 0 of ``unit`` (seconds, say), or a one-line
-    usage error (a NaN or an infinite timeout made a traceback, a negative one no sense)."""
+def amount_of(unit: str, *, zero: bool = True) -> Callable[[str], float]:
+    """An argparse type: a finite number ≥ 0 of ``unit`` (seconds, say; > 0 without
+    ``zero``), or a one-line usage error (a NaN or an infinite timeout made a traceback, a
+    negative one no sense)."""
 
     def parse(raw: str) -> float:
         try:
             value = float(raw)
         except ValueError:
             value = math.nan
-        if not (math.isfinite(value) and 0 <= value <= LONGEST_WAIT):
+        if not (math.isfinite(value) and 0 <= value <= LONGEST_WAIT and (zero or value > 0)):
+            low = "0" if zero else "more than 0"
             raise argparse.ArgumentTypeError(
-                f"must be a number of {unit} from 0 to {LONGEST_WAIT:g}, got {raw!r}"
+                f"must be a number of {unit} from {low} to {LONGEST_WAIT:g}, got {raw!r}"
             )
         return value
 
@@ -170,6 +172,8 @@ def amount_of(unit: str) -> Callable[[str], float]:
 
 
 seconds = amount_of("seconds")
+#: A wait that must let something happen: a timeout of 0 could only fail.
+some_seconds = amount_of("seconds", zero=False)
 
 
 def endpoint_url(raw: str) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..render.words import counted
-from ._common import CliError, checked_batches, seconds, trace_argument, trace_reader
+from ._common import CliError, checked_batches, some_seconds, trace_argument, trace_reader
 
 
 def add_parser(commands: Any) -> None:
@@ -55,7 +55,7 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=seconds,
+        type=some_seconds,
         default=120.0,
         metavar="SECONDS",
         help="most seconds to wait for the trackers: for room while reading (a batch not "

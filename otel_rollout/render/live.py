@@ -107,8 +107,9 @@ def frame_lines(
             shares = [f"{label} {f.age.share(a):.1%}" for label, a in pairs]
             rows.append(("token age", "  ".join(shares) + f"  of {counted(f.age.tokens, 'token')}"))
     flight = (
-        f"{counted(f.attempts_in_flight, 'attempt')} · {counted(f.groups_in_flight, 'group')} "
-        f"({f.groups_sealed:,} sealed, not yet trained)"
+        f"{counted(f.attempts_in_flight, 'attempt')} · "
+        f"{counted(f.groups_in_flight, 'group')} reserved, not yet trained "
+        f"({f.groups_sealed:,} of them sealed)"
     )
     rows.append(("in flight", flight))
     paused = f"{counted(fig['paused_calls'], 'call')} paused ({fig['last_paused']:,} by the last)"
@@ -144,8 +145,8 @@ def _cost_lines(f: Frame, style: Style) -> list[tuple[str, str]]:
     b = c.boundaries[-1]
     last = (
         f"last: run {short_run(b.old_run, style)} → {short_run(b.new_run, style)}, "
-        f"{b.downtime_s:,.2f} s down, {counted(b.attempts_in_flight, 'attempt')} and "
-        f"{counted(b.groups_in_flight + b.sealed_groups_untrained, 'group')} in flight, "
+        f"{b.downtime_s:,.2f} s down, {counted(b.attempts_in_flight, 'attempt')} running, "
+        f"{counted(b.groups_in_flight + b.sealed_groups_untrained, 'group')} not yet trained, "
         f"{b.tokens_at_risk:,} tokens at risk; steps trained again: {b.steps_retrained:,}"
     )
     if b.catch_up_s is not None:
