@@ -46,6 +46,7 @@ from .schema import json_type
 
 __all__ = [
     "MAX_WARNINGS",
+    "MOST_KINDS_SEARCHED",
     "EventReader",
     "EventStream",
     "read_events",
@@ -58,7 +59,7 @@ _log = logging.getLogger("otel_rollout")
 
 _BOM = b"\xef\xbb\xbf"
 #: Up to this many wanted kinds, lines of other kinds are skipped without parsing.
-_MOST_KINDS_SEARCHED = 4
+MOST_KINDS_SEARCHED = 4
 #: How a skip reason begins for a torn line with more lines after it (see ``on_skip``).
 TORN_LINE = "torn line"
 
@@ -189,7 +190,7 @@ class EventReader:
         one (a file of blank lines is an empty trace, as an empty file is)."""
         return self.first_line_is_event is False and not self.events
 
-    def _recover(self, lineno: int, line: bytes, error: Exception, torn: bool) -> Any:
+    def _recover(self, lineno: int, line: bytes, torn: bool) -> Any:
         """The slow path for a line the decoder rejects: a BOM, a blank line, or a skip."""
         if lineno == 1 and line.startswith(_BOM):
             line = line[len(_BOM) :]
@@ -206,8 +207,7 @@ class EventReader:
         try:
             return loads(line)
         except errors as exc:
-            error = exc
-
+            error: Exception = exc
         if isinstance(error, msgspec.ValidationError) and self._typed is not None:
             self._skip(lineno, f"not an event: {error}", torn, line)  # does not fit as_type
         else:
@@ -370,7 +370,7 @@ class EventReader:
         kinds = self.kinds
         # Searching blocks for the wanted kinds pays when they are a few of a file's lines;
         # for many kinds nearly every line matches, and plain parsing then filtering is faster.
-        few = kinds is not None and len(kinds) <= _MOST_KINDS_SEARCHED
+        few = kinds is not None and len(kinds) <= MOST_KINDS_SEARCHED
         pattern = kind_pattern(kinds) if few else None  # type: ignore[arg-type]  # few implies kinds
         return pattern, self._typed is not None and (whole_numbered or not numbered) and not few
 
@@ -488,10 +488,10 @@ class EventReader:
         for n, line in candidates:
             try:
                 event = loads(line)
-            except decode_error as exc:
+            except decode_error:
                 if found is not None and self._not_asked_for(line):
-                    continue  # found by its backslash alone, and of no kind asked for
-                event = self._recover(where(n) if where else n, line, exc, final)
+                    continue  # found by a name or a backslash, and of no kind asked for
+                event = self._recover(where(n) if where else n, line, final)
                 first = self.first_line_is_event is None
                 if event is None:
                     continue

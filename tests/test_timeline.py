@@ -317,6 +317,14 @@ class TestCommand:
         assert piped.returncode == 2 and "save it to a file first" in piped.stderr
         assert len(piped.stderr.strip().splitlines()) == 1
 
+    def test_a_trace_that_fails_to_read_is_not_blamed_on_the_output(self, tmp_path, cli):
+        """A read error in the middle of the pass (``/proc/self/mem`` reads as EIO) names the
+        trace, not the output, and leaves no partial output behind."""
+        out = tmp_path / "t.json"
+        proc = cli("timeline", "/proc/self/mem", "-o", str(out))
+        assert proc.returncode == 2 and "/proc/self/mem: cannot read" in proc.stderr
+        assert "cannot write" not in proc.stderr and not out.exists()
+
     def test_clear_errors(self, tmp_path, cli, bench_trace):
         """Bad cuts, a cut that keeps nothing and a missing file: exit 2, one line each."""
         cases = [

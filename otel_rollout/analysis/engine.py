@@ -17,15 +17,13 @@ from typing import Any
 
 from .. import events
 from .._warnings import CappedWarnings
-from ..reader import EventReader, EventStream, Progress
+from ..reader import MOST_KINDS_SEARCHED, EventReader, EventStream, Progress
 from .state import State, Stop
 
 __all__ = ["Analysis", "Engine", "OnWarning", "run_events", "run_file"]
 
 #: ``(where, message)``: ``where`` is a line number, or ``"event N"`` for events in memory.
 OnWarning = Callable[[int | str, str], None]
-#: Up to this many kinds, the reader searches blocks for them instead of parsing every line.
-_FEW_KINDS = 4
 
 
 class Analysis:
@@ -176,7 +174,7 @@ def run_file(
     if isinstance(path, EventReader):
         reader = path
     else:
-        few = engine.kinds is not None and len(engine.kinds) <= _FEW_KINDS
+        few = engine.kinds is not None and len(engine.kinds) <= MOST_KINDS_SEARCHED
         reader = EventReader(
             path,
             typed=True,

@@ -103,7 +103,8 @@ def terminal_progress(label: str) -> Callable[[int, int], None] | None:
 
 
 def print_json(value: Any, *, indent: bool = False) -> None:
-    """One JSON document on stdout; integers past 64 bits become strings, as in the log."""
+    """One JSON document on stdout; integers past 64 bits written as their exact digits,
+    as in the log."""
     option = orjson.OPT_INDENT_2 if indent else 0
     try:
         data = orjson.dumps(value, option=option)

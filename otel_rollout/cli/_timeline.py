@@ -14,6 +14,7 @@ from typing import Any, BinaryIO
 from ..analysis import run_file
 from ..timeline import RunSelector, StepRange, Timeline, TimelineSummary, TraceEventWriter
 from ..timeline import step_windows as find_step_windows
+from ..timeline.trace_events import OutputError
 from ._common import (
     CliError,
     amount_of,
@@ -161,11 +162,18 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"{out_path}: cannot write ({exc.strerror})") from None
     done = False
     try:
-        summary = write_timeline(args.file, out, runs=runs, steps=steps, counter_ms=args.counter_ms)
+        try:
+            summary = write_timeline(
+                args.file, out, runs=runs, steps=steps, counter_ms=args.counter_ms
+            )
+        except OutputError:
+            raise
+        except OSError as exc:  # reading the trace (it opened: checked above), not writing
+            raise CliError(f"{args.file}: cannot read ({exc.strerror or exc})") from None
         out.close()
         raw.close()
         done = True
-    except OSError as exc:  # a full disk, say (the trace was readable: checked above)
+    except OSError as exc:  # a full disk, say
         raise CliError(f"{out_path}: cannot write ({exc.strerror or exc})") from None
     finally:
         if not done:

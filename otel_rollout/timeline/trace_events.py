@@ -15,6 +15,7 @@ __all__ = [
     "PAUSED_COLOUR",
     "TRAINER_TID",
     "WEIGHTS_TID",
+    "OutputError",
     "Slice",
     "SliceArgs",
     "TraceEventWriter",
@@ -53,6 +54,10 @@ def js(text: str) -> str:
     return orjson.dumps(text).decode()[1:-1]
 
 
+class OutputError(OSError):
+    """Writing the timeline failed (a full disk, say): told apart from reading the trace."""
+
+
 class TraceEventWriter:
     """Writes a trace-event JSON object to a binary file, event by event, in chunks.
 
@@ -67,7 +72,13 @@ class TraceEventWriter:
         self.chunk = chunk
         self._first = True
         self._encode = msgspec.json.Encoder().encode
-        out.write(b'{"traceEvents":[\n')
+        self._put(b'{"traceEvents":[\n')
+
+    def _put(self, data: bytes | memoryview) -> None:
+        try:
+            self.out.write(data)
+        except OSError as exc:
+            raise OutputError(exc.errno, exc.strerror or str(exc)) from exc
 
     def add(self, event: str) -> None:
         """One event, already JSON text."""
@@ -86,8 +97,8 @@ class TraceEventWriter:
             return
         data = memoryview(self._encode(buf))[1:-1]  # the list's items, without its brackets
         if not self._first:
-            self.out.write(b",\n")
-        self.out.write(data)
+            self._put(b",\n")
+        self._put(data)
         self._first = False
         self.events += len(buf)
         buf.clear()
@@ -96,7 +107,7 @@ class TraceEventWriter:
         """End the object with ``displayTimeUnit`` and ``otherData``."""
         self.flush()
         tail = {"displayTimeUnit": "ms", "otherData": dict(other)}
-        self.out.write(b"\n]," + orjson.dumps(tail)[1:] + b"\n")
+        self._put(b"\n]," + orjson.dumps(tail)[1:] + b"\n")
 
 
 class SliceArgs(msgspec.Struct, gc=False):
