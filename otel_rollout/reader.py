@@ -199,6 +199,8 @@ class EventReader:
         if self._typed is events.DECODER:  # the one policy: keep, skip with why, or ignore
             event, why = events.from_line(line)
             if why is not None:
+                if self.first_line_is_event is None:  # an invalid event still makes a trace
+                    self.first_line_is_event = _names_a_kind(line)
                 self._skip(lineno, why, torn, line)
             elif event is None and self.first_line_is_event is None:
                 self.first_line_is_event = True  # an event of a kind this version does not know
@@ -521,6 +523,15 @@ class EventReader:
                     if kind.__class__ is not str or kind not in kinds:
                         continue
             yield (n, event) if numbered else event
+
+
+def _names_a_kind(line: bytes) -> bool:
+    """Whether a line is a JSON object with an ``event`` string (an event, valid or not)."""
+    try:
+        value = events.decode_plain(line)
+    except _TYPED_ERRORS:
+        return False
+    return value.__class__ is dict and value.get("event").__class__ is str
 
 
 def trace_file(path: str | os.PathLike[str]) -> Path:

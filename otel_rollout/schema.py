@@ -385,6 +385,10 @@ def problems(event: Any) -> list[str]:
         if isinstance(name, str):
             found.append(f"unknown event kind {name!r}")
         return found
+    if not found:
+        cut = _written_without_fields(event)
+        if cut is not None:  # the writer's own marker: say that, not every missing field
+            return [cut]
     _check_fields(event, kind.required, True, found)
     _check_fields(event, kind.optional, False, found)
     if kind.rule is not None and not found:
@@ -392,6 +396,21 @@ def problems(event: Any) -> list[str]:
         if problem is not None:
             found.append(problem)
     return found
+
+
+def _written_without_fields(event: Mapping[str, Any]) -> str | None:
+    """Why the writer left an event's fields out, where its line says so (``oversized``:
+    too big to write; ``unencodable``: no JSON holds it), or None."""
+    big = event.get("oversized")
+    if isinstance(big, dict) and "bytes" in big:
+        size = big["bytes"]
+        shown = f"{size:,}" if isinstance(size, int) else repr(size)
+        return (f"written without its fields by the writer: {shown} bytes, over "
+                "OTEL_ROLLOUT_MAX_EVENT_BYTES")  # fmt: skip
+    if "unencodable" in event:
+        why = _short(event["unencodable"])
+        return f"written without its fields by the writer, which could not encode it: {why}"
+    return None
 
 
 def _check_fields(

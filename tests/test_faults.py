@@ -489,3 +489,23 @@ class TestCallerFields:
         assert events["oversized"]["oversized"]["fields"] == ["v"]
         assert events["reserved"]["t_"] == "mine" and events["reserved"]["event_"] == "mine"
         assert tr.stats.renamed_fields == 1 and tr.stats.dropped == 0
+
+
+def test_a_line_the_writer_cut_to_its_kind_is_named_as_such(tmp_path, cli, monkeypatch):
+    """An event over OTEL_ROLLOUT_MAX_EVENT_BYTES, or one no JSON holds, is written as its
+    kind and time; validate and the readers say the writer left its fields out, once, not
+    that every required field is missing."""
+    monkeypatch.setenv("OTEL_ROLLOUT_MAX_EVENT_BYTES", "200")
+    loop: list = []
+    loop.append(loop)
+    tr = RolloutTrace(tmp_path)
+    tr.emit("group.reserve", group_id="g" * 300, prompt_id=1, size=1, weight_version=0)
+    tr.emit("group.admit", group_id="g", prompt_id=loop)
+    tr.close()
+    checked = cli("validate", str(tmp_path)).stdout
+    assert ":2: error: written without its fields by the writer: " in checked
+    assert ":3: error: written without its fields by the writer, which could not encode" in checked
+    assert "missing required field" not in checked
+    read = cli("cost", str(tmp_path)).stderr  # (run.start too was cut to its kind, here)
+    said = "written without its fields by the writer"
+    assert read.count(said) == checked.count(said) >= 2 and "not a trace" not in read
