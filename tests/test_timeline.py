@@ -282,6 +282,20 @@ class TestCommand:
             assert name == "run 2: 00000001" + "0" * 24
             assert min(e["ts"] for e in doc["traceEvents"] if e["ph"] != "M") >= first_ts[2] - 1
 
+    def test_a_prefix_of_several_runs_is_said_and_case_does_not_matter(
+        self, tmp_path, cli, bench_trace
+    ):
+        """--runs 0000 (a prefix of every run of the bench trace, here in capitals as
+        --runs 0000000A would be) draws them all and says which it matched."""
+        out = tmp_path / "p.json"
+        proc = cli("timeline", str(bench_trace), "-o", str(out), "--runs", "0000")
+        assert proc.returncode == 0 and "--runs 0000 matches 3 runs" in proc.stderr
+        assert {e["pid"] for e in load(out)["traceEvents"]} == {1, 2, 3}
+        from otel_rollout.timeline import RunSelector
+
+        pick = RunSelector.parse("ABCD")
+        assert pick(0, "abcd1234") and not pick(1, "abce1234") and pick.ambiguous() == {}
+
     def test_steps_cut_the_time(self, tmp_path, cli, bench_trace):
         """--steps 5:8 keeps the slices of steps 5, 6 and 7 and what happened in their time."""
         out = tmp_path / "s.json"

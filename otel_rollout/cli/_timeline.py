@@ -125,6 +125,10 @@ def write_timeline(
     check_is_trace(reader, reader.events)
     if runs is not None and not runs.matched:
         raise CliError(f"{path}: --runs matches none of the file's {len(timeline.state.runs)} runs")
+    for prefix, matched in (runs.ambiguous() if runs is not None else {}).items():
+        print(f"otel-rollout: note: --runs {prefix} matches {len(matched)} runs "
+              f"({', '.join(matched)}); all are drawn, give more of an ID to pick one",
+              file=sys.stderr)  # fmt: skip
     if steps is not None and not summary.runs:
         raise CliError(f"{path}: the runs chosen have no step in --steps {_show(steps)}")
     return summary

@@ -53,7 +53,8 @@ class RunSelector:
     """Which runs to draw: positions in the file (1 is its first run) or run ID prefixes.
 
     An item of up to three digits is a position; anything else is a prefix of
-    a run ID (at least four characters, so a position is never read as one).
+    a run ID (at least four characters, so a position is never read as one; letters
+    in either case).  :meth:`ambiguous` names the prefixes that matched several runs.
     """
 
     def __init__(self, items: Sequence[str]) -> None:
@@ -66,23 +67,32 @@ class RunSelector:
                     raise ValueError(f"--runs {item}: run positions start at 1")
                 self.positions.add(int(item))
             elif len(item) >= 4:
-                self.prefixes.append(item)
+                self.prefixes.append(item.lower())
             else:
                 raise ValueError(
                     f"--runs {item!r}: give a run's position (1, 2, …) or at least 4 "
                     "characters of its ID"
                 )
         self.matched: set[str] = set()
+        self._by_prefix: dict[str, list[str]] = {}
 
     @classmethod
     def parse(cls, text: str) -> RunSelector:
         return cls([part for part in text.split(",") if part.strip()])
 
     def __call__(self, index: int, run_id: str) -> bool:
-        hit = index + 1 in self.positions or any(run_id.startswith(p) for p in self.prefixes)
+        lowered = run_id.lower()
+        prefixes = [p for p in self.prefixes if lowered.startswith(p)]
+        for p in prefixes:
+            self._by_prefix.setdefault(p, []).append(run_id)
+        hit = index + 1 in self.positions or bool(prefixes)
         if hit:
             self.matched.add(run_id)
         return hit
+
+    def ambiguous(self) -> dict[str, list[str]]:
+        """Each prefix that matched more than one run, with the runs (all were drawn)."""
+        return {p: runs for p, runs in self._by_prefix.items() if len(runs) > 1}
 
 
 def step_windows(reader: EventReader, steps: StepRange) -> tuple[dict[str, Window], int]:
