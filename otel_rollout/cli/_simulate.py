@@ -158,9 +158,10 @@ class _ProgressLine:
             return
         age = "-" if s.last_batch_age is None else f"{s.last_batch_age:.3f}"
         line = (
-            f"step {s.step:>4}/{self.total}  version {s.version:>4}  "
+            f"steps done {s.step:>4}/{self.total}  version {s.version:>4}  "
             f"groups in flight {s.groups_in_flight:>3}  attempts running {s.attempts_running:>3}  "
-            f"tokens {s.tokens:>9,}  batch age {age:>6}  {time.monotonic() - self.started:5.1f}s"
+            f"tokens {s.tokens:>9,}  last step's batch age {age:>6}  "
+            f"{time.monotonic() - self.started:5.1f}s"
         )
         sys.stderr.write(("\r" + line + "\033[K") if self.tty else line + "\n")
         sys.stderr.flush()
