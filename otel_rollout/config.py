@@ -12,7 +12,7 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 __all__ = [
     "CLOSE_TIMEOUT",
@@ -62,14 +62,21 @@ class Setting(Generic[T]):
         if raw is None or raw.strip() == "":
             return self.default
         try:
-            return self.check(self.parse(raw.strip()))
+            value = self.parse(raw.strip())
         except ValueError as exc:
-            if (self.env, raw) not in _WARNED:  # once a value, however often it is read
-                _WARNED.add((self.env, raw))
-                _log.warning(
-                    "otel-rollout: ignoring %s=%r (%s); using %r", self.env, raw, exc, self.default
-                )
-            return self.default
+            return self._ignore(raw, _expected(self.parse) or str(exc))
+        try:
+            return self.check(value)
+        except ValueError as exc:
+            return self._ignore(raw, str(exc))
+
+    def _ignore(self, raw: str, why: str) -> T:
+        """Warn once of a value that cannot be used, and use the default."""
+        if (self.env, raw) not in _WARNED:  # once a value, however often it is read
+            _WARNED.add((self.env, raw))
+            _log.warning("otel-rollout: ignoring %s=%r (%s); using %r", self.env, raw, why,
+                         self.default)  # fmt: skip
+        return self.default
 
     def check(self, value: T) -> T:
         """Reject values that cannot work (a queue of zero events, a negative timeout)."""
@@ -84,6 +91,16 @@ class Setting(Generic[T]):
         if isinstance(value, float) and LONGEST_WAIT < value < math.inf:  # seconds
             raise ValueError(f"{self.env} must be at most {LONGEST_WAIT:g} seconds, got {value!r}")
         return value
+
+
+def _expected(parse: Callable[[str], Any]) -> str | None:
+    """What a value that does not parse should have been, in words (None: the parser
+    says it best)."""
+    if parse is int:
+        return "expected a whole number"
+    if parse is float or parse in (_seconds, _interval):
+        return "expected a number of seconds" + (", or off" if parse is _interval else "")
+    return None
 
 
 #: The longest wait a setting may name, in seconds (~31 years): Python's waits refuse longer

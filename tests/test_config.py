@@ -36,6 +36,23 @@ class TestSetting:
         assert config.QUEUE_SIZE.resolve() == config.QUEUE_SIZE.default
         assert "OTEL_ROLLOUT_QUEUE_SIZE" in caplog.text
 
+    @pytest.mark.parametrize(
+        "setting, raw, words",
+        [(config.QUEUE_SIZE, "lots", "expected a whole number"),
+         (config.CLOSE_TIMEOUT, "soon", "expected a number of seconds"),
+         (config.FSYNC_INTERVAL, "soon", "expected a number of seconds, or off")],
+    )  # fmt: skip
+    def test_a_value_that_does_not_parse_is_said_in_words(
+        self, monkeypatch, caplog, setting, raw, words
+    ):
+        """A value that is no number says what was expected, not Python's ``invalid literal
+        for int()`` or ``could not convert string to float``."""
+        monkeypatch.setenv(setting.env, raw)
+        monkeypatch.setattr(config, "_WARNED", set())
+        assert setting.resolve() == setting.default
+        assert f"ignoring {setting.env}={raw!r} ({words}); using" in caplog.text
+        assert "literal" not in caplog.text and "convert" not in caplog.text
+
     def test_bad_explicit_value_is_an_error(self):
         """A program that passes an impossible value hears about it at once."""
         with pytest.raises(ValueError, match="must be positive"):

@@ -97,7 +97,6 @@ def _rich() -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    interval = config.WATCH_INTERVAL.resolve(args.interval)
     render = _rich()
     from rich.console import Console
 
@@ -114,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     if not console.is_terminal:
         raise CliError("the live view needs a terminal; --once prints one frame to a pipe or file")
+    interval = config.WATCH_INTERVAL.resolve(args.interval)  # (--once draws no second frame)
     return _follow(LiveTrace(path, window=args.window), render, console, style, interval)
 
 
