@@ -163,10 +163,8 @@ def amount_of(unit: str, *, zero: bool = True) -> Callable[[str], float]:
         except ValueError:
             value = math.nan
         if not (math.isfinite(value) and 0 <= value <= LONGEST_WAIT and (zero or value > 0)):
-            low = "0" if zero else "more than 0"
-            raise argparse.ArgumentTypeError(
-                f"must be a number of {unit} from {low} to {LONGEST_WAIT:g}, got {raw!r}"
-            )
+            which = f"from 0 to {LONGEST_WAIT:g}" if zero else f"over 0, up to {LONGEST_WAIT:g}"
+            raise argparse.ArgumentTypeError(f"must be a number of {unit} {which}, got {raw!r}")
         return value
 
     return parse
