@@ -384,7 +384,7 @@ def test_an_amount_that_is_no_number_of_seconds_is_a_usage_error(demo_trace, tmp
     an infinite one another, a negative one was taken)."""
     filled = [a.replace("TMP", str(tmp_path)).replace("FILE", str(demo_trace)) for a in args]
     proc = cli(*filled)
-    bounds = " over 0, up to 1e+09, got" if args[0] == "log-to" else " from 0 to 1e+09, got"
+    bounds = " over 0 and at most 1e+09, got" if args[0] == "log-to" else " from 0 to 1e+09, got"
     assert proc.returncode == 2 and bounds in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
 
@@ -392,7 +392,7 @@ def test_an_amount_that_is_no_number_of_seconds_is_a_usage_error(demo_trace, tmp
 def test_log_to_refuses_a_timeout_of_0(demo_trace, tmp_path, cli):
     """log-to --timeout 0 could only fail (nothing is waited for): a usage error."""
     proc = cli("log-to", f"tensorboard:{tmp_path}/tb", str(demo_trace), "--timeout", "0")
-    assert proc.returncode == 2 and "over 0, up to 1e+09, got '0'" in proc.stderr
+    assert proc.returncode == 2 and "over 0 and at most 1e+09, got '0'" in proc.stderr
     assert not (tmp_path / "tb").exists()
 
 

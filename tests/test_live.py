@@ -173,7 +173,8 @@ def test_in_flight_is_the_current_runs_work(tmp_path):
     frame = trace.frame()
     assert (frame.groups_in_flight, frame.groups_sealed) == (1, 1)
     shown = dict(frame_lines(frame))
-    assert shown["in flight"].startswith("0 attempts · 1 group (1 sealed")
+    said = "0 attempts · 1 group reserved, not yet trained (1 of them sealed)"
+    assert shown["in flight"].startswith(said)
     trace.close()
 
 

@@ -163,7 +163,8 @@ def amount_of(unit: str, *, zero: bool = True) -> Callable[[str], float]:
         except ValueError:
             value = math.nan
         if not (math.isfinite(value) and 0 <= value <= LONGEST_WAIT and (zero or value > 0)):
-            which = f"from 0 to {LONGEST_WAIT:g}" if zero else f"over 0, up to {LONGEST_WAIT:g}"
+            most = f"{LONGEST_WAIT:g}"
+            which = f"from 0 to {most}" if zero else f"over 0 and at most {most}"
             raise argparse.ArgumentTypeError(f"must be a number of {unit} {which}, got {raw!r}")
         return value
 
