@@ -1,55 +1,29 @@
 """The timeline as one analysis of the pass: every event drawn as it is read (see the
 package's docstring for what is drawn).
 
-Longer than this project's modules usually are (~600 lines) because it is one
-:class:`Timeline` whose handlers share the drawn run, the writer and the
-counters' clock; what stands on its own (a run's lanes, refits and segments;
-the cuts; the output format) lives in the package's other modules."""
+:class:`Timeline` chooses the runs drawn, keeps the counters' clock and draws the
+trainer and the weights; the attempts are drawn on the engine lanes by
+:mod:`.lanes`, a run's lanes, refits and segments are kept by :mod:`.runs`, the cuts
+are :mod:`.cuts` and the output format :mod:`.trace_events`."""
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
-from .._spans_of_time import FAR_S, bounded
-from ..age import call_tokens_by_version
 from ..analysis import Analysis
 from ..analysis.state import Run
-from ..events import EVENT_TYPES
 from ..render.words import counted
 from .cuts import StepRange, Window, step_start
+from .lanes import EngineLanes, micros
 from .runs import RunView
-from .trace_events import (
-    LANE_TID0,
-    PALETTE,
-    PAUSED_COLOUR,
-    TRAINER_TID,
-    WEIGHTS_TID,
-    Slice,
-    SliceArgs,
-    TraceEventWriter,
-    colour_of,
-    js,
-)
+from .trace_events import TRAINER_TID, WEIGHTS_TID, TraceEventWriter
 
 __all__ = ["Timeline", "TimelineSummary"]
-
-_RESUME: Any = EVENT_TYPES["attempt.resume"]
-_FAR = FAR_S
-
-
-def micros(seconds: float) -> int:
-    """``seconds`` from the file's start as the trace's whole microseconds (bounded)."""
-    return int(bounded(seconds) * 1e6)
-
-
-_COLOURS = len(PALETTE)
-
 
 @dataclass
 class TimelineSummary:
@@ -106,16 +80,12 @@ class Timeline(Analysis):
         self.summary = TimelineSummary()
         self.t0: float | None = None  # the file's first event: time zero
         self._t0 = 0.0
-        self._buf = writer.buffer
-        self._chunk = writer.chunk
-        self._fast = 0  # attempts drawn by the fast path
-        self._names: dict[int, str] = {}  # version → its slices' name
+        self.lanes = EngineLanes(writer, self.summary)
         self._run: Run | None = None  # the state's run this view follows
         self._rv: RunView | None = None
         self._due = math.inf  # next time the counters may be sampled
         self._dirty = False
         self._changed_at = 0.0
-        self._versions: dict[int, str] = {}  # version → its cname (a cache)
 
     def handlers(self) -> Mapping[str, Callable[[Any], None]]:
         return {
@@ -162,7 +132,7 @@ class Timeline(Analysis):
         if run is None:
             return
         if self.t0 is None:
-            self.t0 = self._t0 = self.state.runs[0].first_t
+            self.t0 = self._t0 = self.lanes.t0 = self.state.runs[0].first_t
         if self.runs is not None and not self.runs(run.index, run.run_id):
             return
         window = None
@@ -240,202 +210,36 @@ class Timeline(Analysis):
             if rv.opened and self._in(rv, t):
                 self._counter(rv, t, "weight version", "version", version)
 
-    # Attempts.
-
-    def _lane(self, rv: RunView) -> int:
-        if rv.free:
-            return heapq.heappop(rv.free)
-        rv.lanes += 1
-        lane = rv.lanes
-        self.summary.lanes[rv.run.run_id] = lane
-        tid = LANE_TID0 + lane
-        meta = self.w.add_object
-        meta({"ph": "M", "name": "thread_name", "pid": rv.pid, "tid": tid, "ts": 0,
-              "args": {"name": f"engine lane {lane}"}})  # fmt: skip
-        meta({"ph": "M", "name": "thread_sort_index", "pid": rv.pid, "tid": tid, "ts": 0,
-              "args": {"sort_index": tid}})  # fmt: skip
-        return lane
-
-    # The two commonest kinds get a fast path: a sealed attempt no refit touched is one
-    # slice, formatted from a template (a dict and orjson per attempt cost twice as much).
+    # Attempts: drawn on the run's engine lanes (lanes.py); the counters hear of each change.
 
     def _dispatch(self, e: Any) -> None:
         rv = self._at(e)
         if rv is None:
             return
-        t = e.t
-        flight = rv.flight
-        attempt_id = e.attempt_id
-        if attempt_id in flight:  # dispatched again before it ended
-            self._end(rv, attempt_id, t, e.group_id, "dispatched again", None, None)
         if rv.version is None:
-            self._set_version(rv, t, e.weight_version)
-        free = rv.free
-        lane = heapq.heappop(free) if free else self._lane(rv)
-        resumed = e.resumed_tokens if e.__class__ is _RESUME else None
-        flight[attempt_id] = (t, lane, e.weight_version, rv.refit_count, resumed, e.group_id)
+            self._set_version(rv, e.t, e.weight_version)
+        self.lanes.dispatch(rv, e)
         self._dirty = True
-        self._changed_at = t
+        self._changed_at = e.t
 
     def _seal(self, e: Any) -> None:
         rv = self._at(e)
-        if rv is None:
-            return
-        t = e.t
-        attempt_id = e.attempt_id
-        record = rv.flight.pop(attempt_id, None)
-        if record is None or record[3] != rv.refit_count or not rv.whole or record[4] is not None:
-            self._end(rv, attempt_id, t, e.group_id, "sealed", e.tokens, e.calls, record)
-            return
-        self._dirty = True
-        self._changed_at = t
-        start, lane, version = record[0], record[1], record[2]
-        heapq.heappush(rv.free, lane)
-        t0 = self._t0
-        if -_FAR <= start - t0 <= _FAR and -_FAR <= t - t0 <= _FAR:
-            ts = int((start - t0) * 1e6)
-            end = int((t - t0) * 1e6)
-        else:  # an absurd time (1e200 s): drawn at the bound, as every other event is
-            ts, end = micros(start - t0), micros(t - t0)
-        self._fast += 1
-        name = self._names.get(version)
-        if name is None:
-            name = self._names[version] = f"v{version}"
-        buf = self._buf
-        buf.append(
-            Slice(
-                "X",
-                name,
-                "attempt",
-                ts,
-                end - ts if end > ts else 0,
-                rv.pid,
-                LANE_TID0 + lane,
-                PALETTE[version % _COLOURS],  # inline: the fast path runs once per attempt
-                SliceArgs(attempt_id, e.group_id, "sealed", e.tokens, version),
-            )
-        )
-        if len(buf) >= self._chunk:
-            self.w.flush()
+        if rv is not None and self.lanes.seal(rv, e):
+            self._dirty = True
+            self._changed_at = e.t
 
     def _abandon(self, e: Any) -> None:
         rv = self._at(e)
         if rv is None:
             return
-        t = e.t
-        self._end(rv, e.attempt_id, t, e.group_id, f"abandoned: {e.reason}", e.tokens, None)
+        outcome = f"abandoned: {e.reason}"
+        if self.lanes.end(rv, e.attempt_id, e.t, e.group_id, outcome, e.tokens, None):
+            self._changed(e.t)
 
     def _refuse(self, e: Any) -> None:
         rv = self._at(e)
-        if rv is None:
-            return
-        t = e.t
-        outcome = f"refused: {e.reason}"
-        if e.attempt_id in rv.flight:
-            self._end(rv, e.attempt_id, t, e.group_id, outcome, 0, None)
-            return
-        if not self._in(rv, t):
-            return
-        # Refused before it ran: an instant on the lowest free lane, or on lane 1 when every
-        # lane is busy (it takes no time, so it adds no lane: lanes stay the peak in flight).
-        if rv.free:
-            lane = rv.free[0]
-        elif rv.lanes:
-            lane = 1
-        else:
-            lane = self._lane(rv)
-            heapq.heappush(rv.free, lane)
-        self.summary.refused += 1
-        self.w.add(
-            f'{{"ph":"i","s":"t","name":"{js(outcome)}","cat":"attempt","ts":{self._us(t)},'
-            f'"pid":{rv.pid},"tid":{LANE_TID0 + lane},"args":{{"attempt_id":"{js(e.attempt_id)}",'
-            f'"group_id":"{js(e.group_id)}","outcome":"{js(outcome)}","tokens":0}}}}'
-        )
-
-    def _end(
-        self,
-        rv: RunView,
-        attempt_id: str,
-        t: float,
-        group_id: str | None,
-        outcome: str,
-        tokens: int | None,
-        calls: Sequence[Any] | None,
-        record: tuple[Any, ...] | None = None,
-    ) -> None:
-        """Draw an attempt that ended at ``t`` (``record``: its flight record, if already
-        taken out)."""
-        if record is None:
-            record = rv.flight.pop(attempt_id, None)
-        if record is None:
-            self.summary.unmatched += 1
-            return
-        t0 = self._t0
-        self._dirty = True
-        self._changed_at = t
-        start, lane, version, seen, resumed, dispatched_group = record
-        if group_id is None:
-            group_id = dispatched_group
-        heapq.heappush(rv.free, lane)
-        if start > rv.end or t < rv.start:
-            return
-        if t < start:
-            t = start
-        self.summary.attempts += 1
-        pid, tid = rv.pid, LANE_TID0 + lane
-        base = (
-            f'"attempt_id":"{js(attempt_id)}","group_id":"{js(group_id or "")}",'
-            f'"outcome":"{js(outcome)}","tokens":{"null" if tokens is None else tokens}'
-        )
-        if resumed is not None:
-            base += f',"resumed_tokens":{resumed}'
-
-        def us(t: float) -> int:
-            return micros(t - t0)
-
-        if seen == rv.refit_count:  # no refit while it ran: one slice
-            name = f"v{version}" if outcome == "sealed" else f"v{version} ({js(outcome)})"
-            ts = us(start)
-            self.summary.segments += 1
-            self.w.add(
-                f'{{"ph":"X","name":"{name}","cat":"attempt","ts":{ts},"dur":{us(t) - ts},'
-                f'"pid":{pid},"tid":{tid},"cname":"{self._colour(version)}",'
-                f'"args":{{{base},"version":{version}}}}}'
-            )
-            return
-        segments = rv.segments(start, t, version, seen, calls)
-        counts: dict[int, int] | None = None
-        if calls:
-            counts = {}
-            for call_id, began, n in calls:
-                cuts = [(r[2][call_id], r[1]) for r in rv.spanned(seen) if call_id in r[2]]
-                for v, k in call_tokens_by_version(began, n, cuts).items():
-                    counts[v] = counts.get(v, 0) + k
-        last = len(segments) - 1
-        for i, (a, b, v, paused) in enumerate(segments):
-            ts = us(a)
-            self.summary.segments += 1
-            if paused is not None:
-                name = f"paused: refit v{paused}\u2192v{v}"
-                colour = PAUSED_COLOUR
-                extra = f'"paused_by_refit":{v}'
-            else:
-                name = f"v{v}" if outcome == "sealed" or i < last else f"v{v} ({js(outcome)})"
-                colour = self._colour(v)
-                extra = f'"version":{v}'
-                if counts is not None:
-                    extra += f',"segment_tokens":{counts.get(v, 0)}'
-            self.w.add(
-                f'{{"ph":"X","name":"{name}","cat":"attempt","ts":{ts},"dur":{us(b) - ts},'
-                f'"pid":{pid},"tid":{tid},"cname":"{colour}","args":{{{base},{extra},'
-                f'"segment":"{i + 1}/{last + 1}"}}}}'
-            )
-
-    def _colour(self, version: int) -> str:
-        colour = self._versions.get(version)
-        if colour is None:
-            colour = self._versions[version] = colour_of(version)
-        return colour
+        if rv is not None and self.lanes.refuse(rv, e):
+            self._changed(e.t)
 
     # Groups.
 
@@ -577,7 +381,7 @@ class Timeline(Analysis):
         if rv.opened and self._dirty and self._changed_at <= rv.end:
             self._counters(rv, self._changed_at)
         for attempt_id in list(rv.flight):
-            self._end(rv, attempt_id, last, None, outcome, None, None)
+            self.lanes.end(rv, attempt_id, last, None, outcome, None, None)
         if rv.opened and last <= rv.end:
             rv.generating = rv.sealed = 0  # nothing of the run is in flight once it stops
             self._counters(rv, last)
@@ -597,7 +401,7 @@ class Timeline(Analysis):
             other["source"] = self.source
         self.w.close(other)
         self.summary.events = self.w.events
-        self.summary.attempts += self._fast
-        self.summary.segments += self._fast
-        self._fast = 0
+        self.summary.attempts += self.lanes.fast
+        self.summary.segments += self.lanes.fast
+        self.lanes.fast = 0
         return self.summary
