@@ -40,7 +40,9 @@ BATCH_AGE_VERSION_SUM_METRIC = "batch_age/token_version_sum"
 
 #: The only event kinds batch age needs; readers may skip every other line unparsed.  A
 #: ``run.start`` says which run a line is (a forked child's lines are its parent's run).
-BATCH_AGE_EVENTS = frozenset({"group.seal", "train.step", "run.start"})
+#: (a ``checkpoint.restore`` tells a step a run trains again after it from one it logged
+#: again: both are read so that every reader warns of the same steps.)
+BATCH_AGE_EVENTS = frozenset({"group.seal", "train.step", "run.start", "checkpoint.restore"})
 
 #: Token ages reported separately; the last bucket holds this age and older.
 AGE_BUCKETS = (0, 1, 2, 3)

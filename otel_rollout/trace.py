@@ -102,6 +102,7 @@ class RolloutTrace:
     ) -> None:
         self.path: Path | None = None
         self.run_id: str | None = None
+        self._root_run_id: str | None = None
         self._exporters = list(exporters)  # the caller's own; a forked child keeps them
         self._pipeline: Pipeline | None = None
         self._sidecar: SidecarLink | None = None
@@ -130,12 +131,17 @@ class RolloutTrace:
         )
         self._config_fields = config_fields
         self.emit = self._pipeline.make_emit()  # type: ignore[method-assign]  # the pipeline's closure is the fast emit
-        # A second trace this process opens on a log it already writes is the same run (each
-        # process is one): its run.start names the first as parent, as a forked child's does,
-        # so analyses read its lines as the first's run, not as a stop at every switch.
-        first = next((t for t in _live if t.path == path and t._pid == self._pid), None)
+        # A second trace this process opens on a log it already writes (by any spelling of its
+        # path; in a forked child, one the child took over) is the same run, each process
+        # being one: its run.start names the first's run as parent, as a forked child's
+        # does, so analyses read its lines as that run's, not as a stop at every switch.
+        # The run this trace's lines belong to: its own, or the one its run.start names.
+        self._root_run_id = self.run_id
+        here = path.resolve()
+        first = next((t for t in _live if t.path is not None and t.path.resolve() == here), None)
         if first is not None:
-            self._submit_run_start(parent_run_id=first.run_id)
+            self._root_run_id = first._root_run_id
+            self._submit_run_start(parent_run_id=first._root_run_id)
         else:
             self._submit_run_start()
         _live.add(self)

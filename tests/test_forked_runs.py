@@ -187,3 +187,59 @@ def test_two_traces_one_process_opens_on_one_log_are_one_run(tmp_path) -> None:
     assert [e.get("parent_run_id") for e in starts if e["run_id"] != first] == [first]
     report = analyze_file(tmp_path / "rollout_trace.jsonl")
     assert report.runs == [first] and report.boundaries == []
+
+
+def test_a_trace_a_forked_worker_opens_on_the_log_is_the_parents_run(tmp_path) -> None:
+    """A forked worker that opens a RolloutTrace of its own on its parent's log (a library
+    inside it, say), and a trace opened by another spelling of the same path, are the
+    parent's run: every step the parent trains after them is read, with no stop and no
+    "writes again" warning."""
+    script = textwrap.dedent(
+        f"""
+        import os, time
+        from otel_rollout import RolloutTrace
+        log = {str(tmp_path / "log")!r}
+        t = RolloutTrace(log)
+        pid = os.fork()
+        if pid == 0:
+            w = RolloutTrace(log)
+            ids = dict(attempt_id="w0", group_id="g0", prompt_id=0, generation_index=0)
+            w.emit("attempt.dispatch", weight_version=0, **ids); w.flush()
+            w.close(); t.close(); os._exit(0)
+        os.waitpid(pid, 0)
+        other = RolloutTrace(os.path.relpath(log))
+        other.emit("group.reserve", group_id="g1", prompt_id=1, size=1, weight_version=0)
+        other.close()
+        for step in range(3):
+            t.emit("group.seal", group_id=f"g{{step}}", prompt_id=0, tokens=30,
+                   tokens_by_version={{"0": 30}})
+            t.emit("train.step", step=step, trained_version=step + 1, group_ids=[f"g{{step}}"])
+        t.close()
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60, cwd=tmp_path)
+    said: list[tuple[object, str]] = []
+    [rows] = run_file(tmp_path / "log", [StepAges()], on_warning=lambda w, m: said.append((w, m)))
+    assert [r.step for r in rows] == [0, 1, 2] and said == []
+    report = analyze_file(tmp_path / "log" / "rollout_trace.jsonl")
+    assert len(report.runs) == 1 and report.boundaries == []
+
+
+def test_a_run_begun_without_its_run_start_is_ended_only_by_a_run_start(tmp_path, cli) -> None:
+    """A cut file whose runs have no run.start lines (``tail`` of a log): a switch back to
+    an earlier run is a new stop, not a run that ended, so batch-age (which reads few
+    kinds) and validate and cost (which read all) read the same steps and warn alike."""
+    lines = [
+        {"t": 1, "run_id": "R0", "event": "group.seal", "group_id": "g", "prompt_id": 0,
+         "tokens": 4, "tokens_by_version": {"0": 4}},
+        {"t": 2, "run_id": "R1", "event": "attempt.dispatch", "attempt_id": "a", "group_id": "h",
+         "prompt_id": 1, "generation_index": 0, "weight_version": 0},
+        {"t": 3, "run_id": "R0", "event": "train.step", "step": 0, "trained_version": 3,
+         "group_ids": ["g"]},
+    ]  # fmt: skip
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in lines))
+    assert "0 warnings" in cli("validate", str(path)).stderr
+    ages = cli("batch-age", "--json", str(path))
+    assert [json.loads(r)["batch_age"] for r in ages.stdout.splitlines()] == [3.0]
+    assert "writes again" not in ages.stderr + cli("cost", str(path)).stderr

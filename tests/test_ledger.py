@@ -446,3 +446,33 @@ def test_a_step_number_its_run_logs_again_is_no_restore(tmp_path, cli):
     said = "train.step 0 again in the same run"
     assert f"{path}:{len(b.events)}: warning: {said}" in cli("validate", str(path)).stdout
     assert f"{path}:{len(b.events)}: {said}" in cli("cost", str(path)).stderr
+
+
+def test_a_step_redone_after_a_restore_in_the_same_run_is_rolled_back(tmp_path, cli):
+    """A run that restores a checkpoint of its own (a NaN, rolled back in-process) and
+    trains steps 1 and 2 again: the first steps' tokens are trained by a step a restore
+    redid, not logged again, and nobody warns of the steps."""
+    b = TraceBuilder(run_id="A")
+
+    def group(gid: str, n: int) -> None:
+        ids = {"group_id": gid, "prompt_id": n}
+        b.event("group.reserve", size=1, weight_version=n, **ids)
+        b.event("attempt.dispatch", attempt_id=f"a{gid}", generation_index=0,
+                weight_version=n, **ids)  # fmt: skip
+        b.event("attempt.seal", attempt_id=f"a{gid}", generation_index=0, tokens=10, **ids)
+        b.event("group.seal", tokens=10, tokens_by_version={str(n): 10}, **ids)
+
+    for s in range(3):
+        group(f"g{s}", s)
+        b.step(s, s + 1, [f"g{s}"])
+    b.event("checkpoint.restore", step=0, weight_version=1, from_run_id="A")
+    for s in (1, 2):
+        group(f"r{s}", s)
+        b.step(s, s + 1, [f"r{s}"])
+    assert analyze(b.events).ledger == {
+        "generated": 50, "trained": 30, "wasted": {ROLLED_BACK: 20}, "pending": 0,
+    }  # fmt: skip
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in b.events))
+    assert "0 warnings" in cli("validate", str(path)).stderr
+    assert "again in the same run" not in cli("batch-age", str(path)).stderr

@@ -54,8 +54,9 @@ def sealed_after_training(group_id: str) -> str:
 
 
 def step_again(step: int) -> str:
-    """The warning for a ``train.step`` whose number its own run logged before (no restore
-    between them; ``validate`` and every analysis give the same one)."""
+    """The warning for a ``train.step`` whose number its own run logged before, with no
+    ``checkpoint.restore`` between them (``validate`` and every analysis give the same
+    one)."""
     return (
         f"train.step {step} again in the same run: the later one is step {step}, and the "
         "groups only the earlier one trained count as trained by a step its run logged again"
@@ -98,14 +99,20 @@ class State:
         self.seals: dict[str, SealCounts] = {}
         self.steps: dict[int, Step] = {}  # step number → its surviving train.step
         self.trained: set[str] = set()  # groups any train.step trained
-        #: groups of a train.step a later one of the same number and run replaced
+        #: groups of a train.step a later one of the same number and run replaced, with no
+        #: checkpoint.restore between them (one between makes it a step a restore redid)
         self.logged_again: set[str] = set()
+        self._restores = 0  # checkpoint.restore lines read
+        self._step_restores: dict[int, int] = {}  # step number → restores read before it
         self._age_of: Any = None  # the train.step whose StepAge is in _age
         self._age: Any = None
         self.epochs: dict[str, int] = {}  # group_id → epoch, kept while attempts may name it
         self.family: dict[str, str] = {}  # a forked child's run_id → its first ancestor's
         self._orphans: set[str] = set()  # writers whose run ended, told of once
         self._run_ids: set[str] = set()  # every run begun
+        #: Runs a later run's ``run.start`` ended (a run.start is read by every pass, so
+        #: every reader ends the same runs, whatever kinds it reads).
+        self._ended: set[str] = set()
         #: Finished work a resumed run carried into groups of its own (see carry.py).
         self.carries = Carries(self.groups)
         self._apply: dict[str, Callable[[Any], None]] = {
@@ -119,6 +126,8 @@ class State:
             "group.discard": self._group_discard,
             "train.step": self._train_step,
             "checkpoint.publish": self._checkpoint_publish,
+            "checkpoint.restore": self._restored,
+            "run.start": self._run_start,
         }
 
     def step_age(self, e: Any) -> StepAge:
@@ -174,17 +183,26 @@ class State:
         return root
 
     def orphaned(self, e: Any, root: str) -> bool:
-        """Whether ``e`` belongs to a run that has ended (a later run began since): a forked
-        child's whose parent's run ended, or a run writing again (two processes writing one
-        log, or a file with a copy of itself appended).  Said once for each such writer,
-        and not read: it would stop the run in flight at every line, and make a new run
-        of each switch."""
-        if root not in self._run_ids:
+        """Whether ``e`` belongs to a run that has ended (a later run's ``run.start`` was
+        read since): a forked child's whose parent's run ended, or a run writing again
+        (two processes writing one log, or a file with a copy of itself appended).  Said
+        once for each such writer, and not read: it would stop the run in flight at every
+        line, and make a new run of each switch."""
+        if root not in self._ended:
             return False
         if e.run_id not in self._orphans:
             self._orphans.add(e.run_id)
             self.warn(e, ended_run_writes(e.run_id, root))
         return True
+
+    def _restored(self, e: Any) -> None:
+        self._restores += 1
+
+    def _run_start(self, e: Any) -> None:
+        """A run's ``run.start`` (its ``run_id`` already its root's): every other run ends."""
+        ended = self._run_ids - {e.run_id}
+        if len(ended) > len(self._ended):
+            self._ended |= ended
 
     def begin(self, e: Any) -> Stop | None:
         """A new run's first event: start it, and return the stop of the run before."""
@@ -293,9 +311,15 @@ class State:
         group_ids = [sys.intern(g) for g in e.group_ids]
         run_id = self.run_id(e)
         earlier = self.steps.get(e.step)
-        if earlier is not None and earlier.run_id == run_id:
+        restores = self._restores
+        if (
+            earlier is not None
+            and earlier.run_id == run_id
+            and self._step_restores.get(e.step) == restores
+        ):
             self.warn(e, step_again(e.step))
             self.logged_again.update(earlier.group_ids)
+        self._step_restores[e.step] = restores
         self.steps[e.step] = Step(e.step, e.trained_version, group_ids, run_id, e.t, e.batch_age)
         run = self.run
         if run is not None and (run.last_step is None or e.step > run.last_step):

@@ -13,8 +13,6 @@ from ..reader import TORN_LINE
 from ..render.words import counted, printable
 from ._common import check_is_trace, non_negative_int, print_json, trace_argument, trace_reader
 
-_NONE = object()  # no run logged the step yet
-
 _UNKNOWN = "unknown event kind"
 _WHO_UNKNOWN = "its writer was killed mid-line"
 
@@ -191,13 +189,15 @@ def run(args: argparse.Namespace) -> int:
     unknown = 0  # events of kinds this version does not know
     sealed: set[str] = set()  # groups sealed so far, for the steps that name them
     trained: set[str] = set()  # groups a step trained, for a seal that comes after
-    step_runs: dict[Any, Any] = {}  # step number → the run that last logged it
-    # Runs in the order they began, as the readers follow them: a forked child's lines are
-    # its first ancestor's run; a run that ended (a later one began) is not read again.
+    # step number → (the run that last logged it, checkpoint.restore lines before it)
+    step_runs: dict[Any, tuple[str, int]] = {}
+    restores = 0
+    # Runs as the readers follow them: a forked child's lines are its first ancestor's
+    # run; a run that a later run's run.start ended is not read again.
     family: dict[str, str] = {}  # a forked child's run_id → its first ancestor's
     begun: set[str] = set()
+    ended: set[str] = set()
     ended_told: set[str] = set()
-    current: str | None = None
     order = _SpanOrder() if args.from_spans else None
     for lineno, event in reader.numbered():
         kind = event.get("event")
@@ -221,14 +221,14 @@ def run(args: argparse.Namespace) -> int:
         parent = event.get("parent_run_id") if kind == "run.start" else None
         if isinstance(parent, str) and writer not in family:
             root = family[writer] = family.get(parent, parent)
-        if root != current:
-            if root in begun:
-                if writer not in ended_told:
-                    ended_told.add(writer)
-                    report.add(lineno, warn, ended_run_writes(writer, root))
-                continue
-            begun.add(root)
-            current = root
+        if root in ended:
+            if writer not in ended_told:
+                ended_told.add(writer)
+                report.add(lineno, warn, ended_run_writes(writer, root))
+            continue
+        begun.add(root)
+        if kind == "run.start":
+            ended |= begun - {root}
         for line, misplaced in order.check(lineno, event) if order is not None else ():
             report.add(line, "error", misplaced)
         early = order.early(event) if order is not None else None
@@ -243,9 +243,11 @@ def run(args: argparse.Namespace) -> int:
             if unsealed is not None:
                 report.add(lineno, warn, unsealed)
             trained.update(event["group_ids"])
-            if step_runs.get(event["step"], _NONE) == root:
+            if step_runs.get(event["step"]) == (root, restores):
                 report.add(lineno, warn, step_again(event["step"]))
-            step_runs[event["step"]] = root
+            step_runs[event["step"]] = (root, restores)
+        elif kind == "checkpoint.restore":
+            restores += 1
     for line, unreserved in order.unreserved() if order is not None else ():
         report.add(line, warn, unreserved)
     if torn:  # only blank lines after it: the file's torn last line
