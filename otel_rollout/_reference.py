@@ -74,7 +74,7 @@ def print_batch_ages(argv: Sequence[str] | None = None) -> int:
         [rows] = run_file(reader, [StepAges()])  # the one pass batch-age uses
         if reader.no_trace:
             print(
-                f"error: {path}: not a trace file (its first line is not a JSON event)",
+                f"error: {path}: not a trace file (none of its lines is a JSON event)",
                 file=sys.stderr,
             )
             return 2

@@ -141,9 +141,9 @@ class EventReader:
         #: no event and no event is read yet), so a README read by mistake gets one line,
         #: not ten warnings about its lines.  ``warn_if_no_trace=False``: not even that
         #: line (a caller that raises its own error, as the CLI does).
-        self._warnings = CappedWarnings(self.path, "lines skipped")
+        self._warnings = CappedWarnings(self.path)
         self._warn_if_no_trace = warn_if_no_trace
-        self._skipped_by_caller = 0
+        self._skipped = 0
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return self._scan(numbered=False)
@@ -171,18 +171,30 @@ class EventReader:
             run = run_of(line)
             writer = "its writer" if run is None else f"the writer of run {run}"
             reason = f"{TORN_LINE}: {writer} was killed mid-line ({reason})"
+        self._skipped += 1
         if self._on_skip is not None:
-            self._skipped_by_caller += 1
             self._on_skip(lineno, reason)
         else:
-            warnings = self._warnings
-            warnings.holding = self.first_line_is_event is False and not self.events
-            warnings.warn(lineno, f"{reason}; skipped")
+            self.warn(lineno, f"{reason}; skipped")
+
+    def warn(self, where: int | str, message: str) -> None:
+        """Tell a problem with this file's lines (a skipped line, or one an analysis found)
+        as the reader tells them: the first few, then a count, held while the file may
+        yet prove no trace at all."""
+        warnings = self._warnings
+        warnings.holding = self.first_line_is_event is False and not self.events
+        warnings.warn(where, message)
+
+    def _first_events(self) -> None:
+        """The file shows its first events: what was held while it might have been no trace
+        is told now, before anything is made of them."""
+        if self._warnings.held:
+            self._warnings.release()
 
     @property
     def skipped(self) -> int:
         """Lines skipped so far (not events: invalid, torn, too long, …)."""
-        return self._skipped_by_caller + self._warnings.count
+        return self._skipped
 
     @property
     def no_trace(self) -> bool:
@@ -311,6 +323,8 @@ class EventReader:
         way through a file, since each block is decoded in one call."""
         for batch in self._blocks(numbered=False):
             events = batch if batch.__class__ is list else list(batch)
+            if events and not self.events:
+                self._first_events()
             self.events += len(events)
             yield events
 
@@ -351,19 +365,27 @@ class EventReader:
 
     def _numbered(self, batch: Any) -> tuple[list[Any], int | Sequence[int]]:
         if batch.__class__ is tuple:
+            if batch[0] and not self.events:
+                self._first_events()
             self.events += len(batch[0])
             return batch
         pairs = list(batch)
+        if pairs and not self.events:
+            self._first_events()
         self.events += len(pairs)
         return [e for _, e in pairs], [n for n, _ in pairs]
 
     def _scan(self, numbered: bool) -> Iterator[Any]:
         for batch in self._blocks(numbered):
             if batch.__class__ is list:
+                if batch and not self.events:
+                    self._first_events()
                 self.events += len(batch)
                 yield from batch
             else:  # lazy, line by line: a skip is told between the events around it
                 for event in batch:
+                    if not self.events:
+                        self._first_events()
                     self.events += 1
                     yield event
 
@@ -415,7 +437,7 @@ class EventReader:
             warnings.drop()
             if self._warn_if_no_trace:
                 _log.warning(
-                    "%s: not a trace file (its first line is not a JSON event); %s skipped",
+                    "%s: not a trace file (none of its lines is a JSON event); %s skipped",
                     self.path,
                     f"{self.skipped:,} line{'s' if self.skipped != 1 else ''}",
                 )

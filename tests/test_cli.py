@@ -135,7 +135,7 @@ class TestBatchAge:
         proc = cli(*args, str(path))
         assert_clean_error(proc, 2)
         assert proc.stderr.strip().splitlines() == [
-            f"otel-rollout: error: {path}: not a trace file (its first line is not a JSON event)"
+            f"otel-rollout: error: {path}: not a trace file (none of its lines is a JSON event)"
         ]
 
     def test_a_trace_after_a_bad_first_line_warns_of_every_bad_line_in_order(
@@ -160,8 +160,47 @@ class TestBatchAge:
         with caplog.at_level("WARNING", logger="otel_rollout"):
             assert list(EventReader(path)) == []
         assert [r.getMessage() for r in caplog.records] == [
-            f"{path}: not a trace file (its first line is not a JSON event); 30 lines skipped"
+            f"{path}: not a trace file (none of its lines is a JSON event); 30 lines skipped"
         ]
+
+    def test_a_bad_first_line_is_told_before_the_pass_warns_and_when_reading_stops(
+        self, cli, tmp_path, trace_file
+    ):
+        """A held warning about line 1 is told as soon as the file shows an event: before
+        the pass's own warnings about later lines, and through the API even when the
+        reading stops after a few events."""
+        lines = trace_file.read_bytes().splitlines(keepends=True)
+        unsealed = b'{"t": 9, "run_id": "r", "event": "train.step", "step": 99, ' \
+                   b'"trained_version": 1, "group_ids": ["nosuch"]}\n'
+        path = tmp_path / "t.jsonl"
+        path.write_bytes(b"garbage\n" + b"".join(lines) + unsealed)
+        proc = cli("batch-age", str(path))
+        where = [w.split(f"{path}:")[1].split(":")[0] for w in proc.stderr.splitlines()]
+        assert where == ["1", str(len(lines) + 2)], proc.stderr
+        script = (
+            "import itertools, gc; from otel_rollout import read_events; "
+            f"it = read_events({str(path)!r}); list(itertools.islice(it, 2)); "
+            "del it; gc.collect()"
+        )
+        api = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+        assert f"{path}:1: not valid JSON" in api.stderr
+
+    def test_the_reference_functions_say_in_one_warning_a_file_is_no_trace(
+        self, tmp_path, caplog
+    ):
+        """batch_age_by_step and cost.analyze_file on a file that is no trace give one
+        warning with its count of lines, as read_events does, and an empty result."""
+        from otel_rollout.batch_age import batch_age_by_step
+        from otel_rollout.cost import analyze_file
+
+        path = tmp_path / "notes.md"
+        path.write_text("".join(f"- train.step and group.seal {i}\n" for i in range(30)))
+        with caplog.at_level("WARNING", logger="otel_rollout"):
+            assert batch_age_by_step(path) == {}
+            assert analyze_file(path).runs == []
+        said = [r.getMessage() for r in caplog.records]
+        assert said == [f"{path}: not a trace file (none of its lines is a JSON event); "
+                        "30 lines skipped"] * 2  # fmt: skip
 
     def test_directory_is_a_usage_error(self, cli, tmp_path):
         """Passing the log directory says which file to pass instead."""

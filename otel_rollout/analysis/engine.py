@@ -166,24 +166,28 @@ def run_file(
     step naming groups that never sealed).  ``path`` may be an unstarted
     :class:`~otel_rollout.reader.EventReader` made with ``typed=True``.
     """
-    done: Callable[[], None] = lambda: None  # noqa: E731
+    reader: EventReader | None = path if isinstance(path, EventReader) else None
     if on_warning is None:
-        source = path.path if isinstance(path, EventReader) else path
-        on_warning, done = _file_warner(source)
-    engine = Engine(analyses, on_warning)
-    if isinstance(path, EventReader):
-        reader = path
+        # The reader's own warnings, for its skipped lines and the pass's problems alike:
+        # one count, and none of them for a file that proves no trace at all.
+        def on_warning(where: int | str, message: str) -> None:
+            assert reader is not None
+            reader.warn(where, message)
+
+        told: OnWarning | None = None
     else:
+        told = on_warning
+    engine = Engine(analyses, on_warning)
+    if reader is None:
         few = engine.kinds is not None and len(engine.kinds) <= MOST_KINDS_SEARCHED
         reader = EventReader(
-            path,
+            path,  # type: ignore[arg-type]  # not a reader here
             typed=True,
             kinds=engine.kinds if few else None,
-            on_skip=lambda line, why: on_warning(line, f"{why}; skipped"),
+            on_skip=(lambda line, why: told(line, f"{why}; skipped")) if told else None,
             progress=progress,
         )
     engine.feed(reader.numbered_batches())
-    done()
     return engine.results()
 
 

@@ -78,7 +78,7 @@ def checked_events(reader: EventReader) -> Iterator[Any]:
 def check_is_trace(reader: EventReader, events_seen: int) -> None:
     """Raise when a file has lines but is evidently not a trace (its first line is no event)."""
     if not events_seen and reader.first_line_is_event is False:
-        raise CliError(f"{reader.path}: not a trace file (its first line is not a JSON event)")
+        raise CliError(f"{reader.path}: not a trace file (none of its lines is a JSON event)")
 
 
 def terminal_progress(label: str) -> Callable[[int, int], None] | None:
