@@ -483,3 +483,20 @@ def test_demo_replaces_only_a_demos_own_files(tmp_path, cli):
     assert cli("demo", "--log-dir", str(ours), *fast, timeout=120).returncode == 0
     again = cli("demo", "--log-dir", str(ours), *fast, timeout=120)
     assert again.returncode == 0 and f"replacing the demo already in {ours}" in again.stderr
+    # A run of the user's own into the demo's directory takes the demo's mark away, and a
+    # simulated run written the demo's way (--name=value) is no demo's either.
+    run = ("--steps=3", "--speed=50", "--quiet")
+    assert cli("simulate", "--log-dir", str(ours), "--overwrite", *run, timeout=120).returncode == 0
+    mine = tmp_path / "mine"
+    assert cli("simulate", "--log-dir", str(mine), *run, timeout=120).returncode == 0
+    for kept in (ours, mine):
+        lines = (kept / "rollout_trace.jsonl").read_bytes()
+        proc = cli("demo", "--log-dir", str(kept), *fast, timeout=60)
+        assert proc.returncode == 2 and "no demo wrote it" in proc.stderr, proc.stderr
+        assert (kept / "rollout_trace.jsonl").read_bytes() == lines
+    # Checkpoints without a trace are someone's too.
+    project = tmp_path / "project"
+    (project / "checkpoints").mkdir(parents=True)
+    (project / "checkpoints" / "model.pt").write_bytes(b"weights")
+    proc = cli("demo", "--log-dir", str(project), *fast, timeout=60)
+    assert proc.returncode == 2 and (project / "checkpoints" / "model.pt").exists()

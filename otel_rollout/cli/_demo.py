@@ -57,7 +57,7 @@ class _TraceWatcher:
 
 def _child(log_dir: Path, options: list[str], resume: bool) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "otel_rollout", "simulate", "--log-dir", str(log_dir)]
-    command += options + (["--resume"] if resume else [])
+    command += [*options, "--for-demo"] + (["--resume"] if resume else [])
     return subprocess.Popen(command)
 
 

@@ -55,6 +55,8 @@ def add_parser(commands: Any) -> None:
         "LOG_DIR, resume partial attempts, re-train the steps after the checkpoint, and "
         "append to the same trace under a new run_id",
     )
+    # The demo's own runs: they keep its mark on LOG_DIR (any other run takes it away).
+    sim.add_argument("--for-demo", action="store_true", help=argparse.SUPPRESS)
     sim.set_defaults(handler=run_simulate)
     demo = commands.add_parser(
         "demo",
@@ -220,6 +222,8 @@ def run_simulate(args: argparse.Namespace) -> int:
         _check_resumable(trace, args.steps)
     if args.overwrite:
         _clear(args.log_dir)
+    if not args.for_demo:  # a run of the user's own: the next demo must not replace it
+        (args.log_dir / _DEMO_MARK).unlink(missing_ok=True)
     return _run(args)
 
 
@@ -262,14 +266,15 @@ _DEMO_MARK = ".otel-rollout-demo"
 
 
 def _replace_demo(log_dir: Path) -> None:
-    """Clear a log directory for a demo: one a demo wrote, or one holding no trace; a trace
-    the demo did not write is never deleted."""
+    """Clear a log directory for a demo: one a demo wrote, or one holding none of a run's
+    files; a trace, checkpoints or snapshots the demo did not write are never deleted."""
     trace = log_dir / ROLLOUT_TRACE_FILENAME
-    if trace.exists():
+    held = [p for p in (trace, log_dir / CHECKPOINTS, log_dir / "rollouts") if p.exists()]
+    if held:
         if not (log_dir / _DEMO_MARK).exists() and not _demo_wrote(trace):
             raise CliError(
-                f"{trace} exists and no demo wrote it: give the demo another --log-dir, or "
-                "remove it (the demo replaces only a demo's own files)"
+                f"{held[0]} exists and no demo wrote it: give the demo another --log-dir, "
+                "or remove it (the demo replaces only a demo's own files)"
             )
         print(f"(replacing the demo already in {log_dir})", file=sys.stderr)
     _clear(log_dir)
@@ -279,19 +284,21 @@ def _replace_demo(log_dir: Path) -> None:
 
 def _demo_wrote(trace: Path) -> bool:
     """Whether a trace without the demo's mark is a demo's all the same (one written
-    before demos left their mark): its first run is ``simulate`` with every option given
-    as ``--name=value``, the way the demo starts it."""
+    before demos left their mark): its first run's command line is the one the demo
+    starts, ``simulate --log-dir DIR`` then every option of the simulator as
+    ``--name=value`` in the demo's order (no one types that)."""
     try:
         with open(trace, "rb") as f:
             first = events.decode_plain(f.readline(65536))
     except (OSError, msgspec.DecodeError):
         return False
     argv = first.get("argv") if isinstance(first, dict) else None
-    if not isinstance(argv, list) or len(argv) < 4 or argv[1:2] != ["simulate"]:
+    if not isinstance(argv, list) or argv[1:3] != ["simulate", "--log-dir"] or len(argv) < 4:
         return False
-    options = [a for a in argv[2:] if isinstance(a, str) and a.startswith("--")]
-    return "--speed=" in " ".join(options) and all(
-        "=" in a for a in options if a not in ("--log-dir", "--quiet")
+    options = [a for a in argv[4:] if a not in ("--quiet", "--for-demo")]
+    names = [f"--{name.replace('_', '-')}=" for name, _, _ in _SIM_OPTIONS]
+    return len(options) == len(names) and all(
+        isinstance(a, str) and a.startswith(n) for a, n in zip(options, names, strict=True)
     )
 
 
