@@ -158,6 +158,10 @@ class RolloutTrace:
         if chosen.active and chosen.in_process:
             made += _otel_exporters(run_id, chosen)
         if not chosen.wants_sidecar:
+            from .sidecar.link import not_the_sidecars
+
+            assert self.path is not None
+            not_the_sidecars(self.path, run_id)  # one lingering after an earlier run: not ours
             return made
         from .sidecar.link import SidecarLink
 

@@ -703,3 +703,41 @@ def _text(path: Path) -> str:
         return path.read_text(errors="replace")
     except OSError:
         return ""
+
+
+def test_a_lingering_sidecar_leaves_runs_that_make_their_own_spans_or_none(tmp_path) -> None:
+    """Runs appended to a log whose sidecar lingers: one exporting in its own process gets
+    its spans once (not again from the sidecar), one with export off gets none, and a
+    later sidecar run is told its own span counts at close, not the sidecar's totals."""
+    script = (
+        "import sys, json\nfrom otel_rollout.trace import RolloutTrace\n"
+        "t = RolloutTrace(sys.argv[1])\n"
+        "for i in range(3):\n"
+        "    t.emit('group.reserve', group_id=f'g{i}', prompt_id=i, size=1, weight_version=0)\n"
+        "    t.emit('group.discard', group_id=f'g{i}', prompt_id=i, reason='stale')\n"
+        "t.close()\n"
+        "print(json.dumps([t.run_id, t.sidecar_counts]))\n"
+    )
+    with OtlpReceiver("grpc") as rx:
+        sidecar = {"OTEL_EXPORTER_OTLP_ENDPOINT": rx.endpoint, "OTEL_METRICS_EXPORTER": "none",
+                   "OTEL_ROLLOUT_SIDECAR_LINGER": "30"}  # fmt: skip
+        modes = [sidecar, {**sidecar, "OTEL_ROLLOUT_EXPORT_MODE": "inprocess"}, {}, sidecar]
+        runs = []
+        for mode in modes:
+            done = subprocess.run([sys.executable, "-c", script, str(tmp_path)],
+                                  env=clean_env(**mode), capture_output=True, text=True,
+                                  timeout=120)  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            runs.append(json.loads(done.stdout))
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(rx.spans()) < 9:
+            time.sleep(0.1)
+        time.sleep(1)  # (a span sent twice would come now)
+        by_run = Counter(resource["service.instance.id"] for resource, _ in rx.spans())
+        assert by_run == {runs[0][0]: 3, runs[1][0]: 3, runs[3][0]: 3}
+        last = runs[3][1]
+        assert (last["spans_made"], last["spans_sent"], last["sidecar_spans_made"]) == (3, 3, 6)
+        for pid in os.listdir("/proc"):
+            cmd = _text(Path(f"/proc/{pid}/cmdline")) if pid.isdigit() else ""
+            if "otel_rollout.sidecar" in cmd and str(tmp_path) in cmd:
+                os.kill(int(pid), signal.SIGTERM)

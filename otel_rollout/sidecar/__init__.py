@@ -100,6 +100,8 @@ class Sidecar:
         self._connected: dict[str, socket.socket] = {}  # runs whose trainer holds a connection
         self._stop_at: int | None = None  # handed over: read up to here, then finish
         self._foreign: set[str] = set()  # runs of other hosts (with hand_over: not ours)
+        #: Runs whose trainers make their spans themselves, or none (with hand_over)
+        self._skipped_runs: set[str] = set()
         self._ending: dict[str, tuple[int, str, socket.socket | None]] = {}
         self.control: ControlServer | None = None
         if control:  # first: if another sidecar follows the file, touch nothing else
@@ -147,6 +149,10 @@ class Sidecar:
                 if self._handle_notes():
                     quiet_since = time.monotonic()
                 batch = self._follower.read()
+                # Notes again: a trainer's skip is noted before it writes a line, so every
+                # line read now is judged by the notes already queued.
+                if batch.lines and self._handle_notes():
+                    quiet_since = time.monotonic()
                 if batch.reopened:
                     if self._log_is_ours:
                         follow_log(sidecar_log(self.path))
@@ -208,8 +214,9 @@ class Sidecar:
 
     def _ours(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """A sidecar a trace started leaves the runs of other hosts (appending to a shared
-        log) to their own sidecars: it would export them twice, and wait on them forever."""
-        foreign = self._foreign
+        log) to their own sidecars: it would export them twice, and wait on them forever;
+        and the runs whose trainers said they make their spans themselves, or none."""
+        foreign, skipped = self._foreign, self._skipped_runs
         for event in events:
             if event["event"] == "run.start":
                 run_id = event["run_id"]
@@ -217,7 +224,9 @@ class Sidecar:
                     foreign.add(run_id)
                 else:
                     foreign.discard(run_id)
-        return [e for e in events if e["run_id"] not in foreign] if foreign else events
+        if not (foreign or skipped):
+            return events
+        return [e for e in events if e["run_id"] not in foreign and e["run_id"] not in skipped]
 
     def _skip(self, offset: int, reason: str) -> None:
         self.skipped += 1
@@ -261,6 +270,10 @@ class Sidecar:
             handled = True
             if note.kind == "handover":
                 self._hand_over(note)
+                continue
+            if note.kind == "skip":
+                if self.hand_over and note.run_id is not None:  # (export --follow takes all)
+                    self._skipped_runs.add(note.run_id)
                 continue
             assert note.run_id is not None
             if note.kind == "hello":
@@ -320,14 +333,21 @@ class Sidecar:
             if conn is not None:
                 self.telemetry.flush()
                 t = self.telemetry
+                run = t.runs.get(run_id)
+                shipper = t.shipper
                 send(
                     conn,
                     {
                         "op": "closed",
                         "run_id": run_id,
-                        "spans_made": t.spans_made,
-                        "spans_sent": t.spans_sent,
-                        "spans_failed": t.spans_failed,
+                        # This run's own (a sidecar lingers for later runs, and follows a
+                        # forked child's too), and the sidecar's since it started.
+                        "spans_made": run.spans_made if run is not None else 0,
+                        "spans_sent": shipper.sent_by_run[run_id] if shipper else 0,
+                        "spans_failed": shipper.failed_by_run[run_id] if shipper else 0,
+                        "sidecar_spans_made": t.spans_made,
+                        "sidecar_spans_sent": t.spans_sent,
+                        "sidecar_spans_failed": t.spans_failed,
                         **(t.trackers.counts() if t.trackers is not None else {}),
                     },
                 )

@@ -13,6 +13,7 @@ trainer → sidecar                                  sidecar → trainer
 ``{"op": "hello", "run_id", "pid", "settings"}``   ``{"op": "ok", "pid", "settings"}``
 ``{"op": "close", "run_id", "offset"}``            ``{"op": "closed", "run_id", counts…}``
 ``{"op": "handover", "offset"}``                   ``{"op": "handed"}`` or ``{"op": "kept"}``
+``{"op": "skip", "run_id"}``                        ``{"op": "skipping"}``
 =================================================  =======================================
 
 ``close`` says the run ended cleanly and its lines end before ``offset``;
@@ -22,6 +23,10 @@ the answer comes once the sidecar has exported everything up to there.
 trainer uses stops listening, exports what comes before ``offset`` and
 exits (``handed``), and the new trainer starts a sidecar with its own
 settings from there; one still in use keeps its settings (``kept``).
+``skip`` comes from a trainer that makes its spans in its own process, or none,
+appending to a file a trace-started sidecar still follows (lingering for a
+resumed run): that run is not the sidecar's to export.  It is answered once
+noted, before the trainer writes a line.
 """
 
 from __future__ import annotations
@@ -231,6 +236,9 @@ class ControlServer:
                     run_id = message["run_id"]
                     send(conn, {"op": "ok", "pid": os.getpid(), "settings": self.settings_key})
                     self.notes.put(Note("hello", conn, run_id, message=message))
+                elif op == "skip" and isinstance(message.get("run_id"), str):
+                    self.notes.put(Note("skip", conn, message["run_id"]))
+                    send(conn, {"op": "skipping"})
                 elif op == "handover" and isinstance(message.get("offset"), int):
                     self.notes.put(Note("handover", conn, run_id, message["offset"]))
                 elif op == "close" and run_id is not None:

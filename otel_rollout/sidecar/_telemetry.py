@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,11 +78,21 @@ class SpanShipper:
     """
 
     def __init__(
-        self, exporter: SpanExporter, encode: Callable[[list[Any]], Any] | None = None
+        self,
+        exporter: SpanExporter,
+        encode: Callable[[list[Any]], Any] | None = None,
+        run_of: Callable[[Any], Any] = lambda span: span.resource.attributes.get(
+            "service.instance.id"
+        ),
     ) -> None:
         self.counting = _providers.CountingSpanExporter(exporter)
+        self._run_of = run_of  # a span → its run's ID
         self._encode = encode  # spans → what the exporter takes (an EncodedBatch), if not SDK spans
         self._queue: Queue[Any] = Queue(maxsize=_QUEUED_BATCHES)
+        #: Spans sent and not sent, by run (``service.instance.id``): a batch holds any runs'
+        #: spans, and a trainer's close asks for its own.  Read after :meth:`flush`.
+        self.sent_by_run: Counter[str] = Counter()
+        self.failed_by_run: Counter[str] = Counter()
         self._thread = threading.Thread(target=self._run, name="otel-rollout-ship", daemon=True)
         self._thread.start()
 
@@ -120,13 +131,22 @@ class SpanShipper:
             if isinstance(item, threading.Event):
                 item.set()
                 continue
+            # Nothing may end this thread: a flush() waits on it (a trainer's close, at most
+            # its timeout; the sidecar's own end, for good).
+            runs: Counter[str] = Counter()
             try:
+                runs.update(map(self._run_of, item))
                 batch = self._encode(item) if self._encode is not None else item
             except Exception:  # a span the encoder cannot take: count the batch, go on
                 _log.exception("otel-rollout: %d spans could not be encoded", len(item))
                 self.counting.failed += len(item)
+                self.failed_by_run.update(runs)
                 continue
-            self.counting.export(batch)
+            before = self.counting.exported
+            self.counting.export(batch)  # (counts what it cannot send; never raises)
+            (self.sent_by_run if self.counting.exported > before else self.failed_by_run).update(
+                runs
+            )
 
 
 @dataclass
@@ -143,6 +163,7 @@ class _Run:
     scrape: Any = None
     prometheus: bool = False  # this run's metrics are the ones the scrape endpoint serves
     ended: bool = False
+    spans_made: int = 0  # spans started from this run's events
     start: dict[str, Any] = field(default_factory=dict)  # its run.start event, once seen
 
 
@@ -174,6 +195,7 @@ class Telemetry:
         self._registry = prometheus_registry
         self._live_age = LiveBatchAge()  # shared: a resumed run trains groups sealed before
         self._processor = CollectingProcessor()
+        self._run_by_resource: dict[bytes, str] = {}  # a LightTracer's encoded resource → run
         self.shipper: SpanShipper | None = None
         self.builder: SpanBuilder | None = None
         #: OTLP spans are LightSpans encoded by hand (_otlp.py); the console gets SDK spans.
@@ -183,7 +205,9 @@ class Telemetry:
                 exporter = _providers.otlp_span_exporter(chosen)
                 _otlp.send_pre_encoded(sys.modules[type(exporter).__module__])
                 self.shipper = SpanShipper(
-                    exporter, lambda spans: _otlp.EncodedBatch(spans, _providers.SCOPE)
+                    exporter,
+                    lambda spans: _otlp.EncodedBatch(spans, _providers.SCOPE),
+                    lambda span: self._run_by_resource.get(span.resource),
                 )
             else:
                 self.shipper = SpanShipper(ConsoleSpanExporter())
@@ -213,6 +237,7 @@ class Telemetry:
         resource = _providers.resource(run_id, self.chosen)
         if self._light:
             run.tracer = _otlp.LightTracer(dict(resource.attributes), self._processor.on_end)
+            self._run_by_resource[run.tracer.resource] = run_id
         else:
             run.tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
             run.tracer_provider.add_span_processor(self._processor)
@@ -280,19 +305,22 @@ class Telemetry:
         for event in events:
             if event.get("event") == "run.start" and event.get("run_id").__class__ is str:
                 self._run(event["run_id"]).start = event
-        if self.builder is not None:
-            self.builder.export(events)
-        if self._wants_metrics:
-            i, n = 0, len(events)
-            while i < n:  # one export call per stretch of one run's events
-                run_id = events[i].get("run_id")
-                j = i + 1
-                while j < n and events[j].get("run_id") == run_id:
-                    j += 1
-                run = self._run(run_id) if run_id.__class__ is str else None
-                if run is not None and not run.ended:
-                    self._metrics_for(run).export(events[i:j])
-                i = j
+        builder, metrics = self.builder, self._wants_metrics
+        i, n = 0, len(events)
+        while i < n:  # one export call per stretch of one run's events
+            run_id = events[i].get("run_id")
+            j = i + 1
+            while j < n and events[j].get("run_id") == run_id:
+                j += 1
+            run = self._run(run_id) if run_id.__class__ is str else None
+            if builder is not None:
+                before = builder.spans_started
+                builder.export(events[i:j])
+                if run is not None:  # each run's own count, for its trainer's close
+                    run.spans_made += builder.spans_started - before
+            if metrics and run is not None and not run.ended:
+                self._metrics_for(run).export(events[i:j])
+            i = j
         self.ship()
 
     def ship(self) -> None:

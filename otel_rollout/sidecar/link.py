@@ -27,7 +27,7 @@ from typing import Any
 from ..otel import OtelSettings
 from ._control import connect, encode_settings, receive, send, settings_key, sidecar_log
 
-__all__ = ["SidecarLink", "sidecar_log"]
+__all__ = ["SidecarLink", "not_the_sidecars", "sidecar_log"]
 
 _log = logging.getLogger("otel_rollout")
 
@@ -37,6 +37,24 @@ START_TIMEOUT = 30.0
 _REPLY_TIMEOUT = 10.0
 _HELLO_TIMEOUT = 2.0
 _READY_FD = 3  # where the sidecar finds the pipe to say it is ready on
+
+
+def not_the_sidecars(path: Path, run_id: str) -> None:
+    """Tell a sidecar still following ``path`` (lingering after a run that used it) that
+    ``run_id``'s spans are not its to make: this run makes them in its own process, or
+    none.  Said before the run writes a line; nothing happens where no sidecar listens
+    (one refused connect on a local socket)."""
+    sock = connect(path, _HELLO_TIMEOUT)
+    if sock is None:
+        return
+    try:
+        with sock.makefile("rb") as stream:
+            if send(sock, {"op": "skip", "run_id": run_id}):
+                receive(stream)
+    except OSError:
+        pass
+    finally:
+        sock.close()
 
 
 class SidecarLink:
@@ -243,12 +261,12 @@ class SidecarLink:
                 )
                 return False
             self.counts = {k: v for k, v in reply.items() if k not in ("op", "run_id")}
-            if self.counts.get("spans_failed"):
+            if self.counts.get("sidecar_spans_failed"):
                 _log.warning(
                     "otel-rollout: spans could not be exported: %s of the sidecar's %s were not "
                     "accepted (its log: %s)",
-                    self.counts["spans_failed"],
-                    self.counts.get("spans_made"),
+                    self.counts["sidecar_spans_failed"],
+                    self.counts.get("sidecar_spans_made"),
                     sidecar_log(self.path),
                 )
             return True
