@@ -175,9 +175,20 @@ def pop_batch_age(per_group_metrics: dict[str, list[Any]], trained_version: int)
     ``per_group_metrics`` holds the step's rollout metrics, one value per
     group; ``trained_version`` is the policy version the step updates.
     """
-    tokens = per_group_metrics.pop(BATCH_AGE_TOKENS_METRIC, None) or []
-    version_sum = per_group_metrics.pop(BATCH_AGE_VERSION_SUM_METRIC, None) or []
-    return batch_age(trained_version, sum(tokens), sum(version_sum))
+    return batch_age(
+        trained_version,
+        _total(per_group_metrics.pop(BATCH_AGE_TOKENS_METRIC, None)),
+        _total(per_group_metrics.pop(BATCH_AGE_VERSION_SUM_METRIC, None)),
+    )
+
+
+def _total(values: Any) -> Any:
+    """The sum of one metric's per-group values: a list, or a numpy array or tensor a
+    trainer gathered them into (whose truth value is no answer), as a Python number."""
+    if values is None:
+        return 0
+    total = sum(values)
+    return total.item() if hasattr(total, "item") else total
 
 
 @dataclass

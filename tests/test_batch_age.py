@@ -178,6 +178,16 @@ class TestPopBatchAge:
         assert pop_batch_age({"reward": [1.0]}, 3) is None
 
 
+    def test_arrays_a_trainer_gathered_are_summed(self):
+        """Per-group values gathered into numpy arrays (a trainer's usual shape; a tensor
+        is alike) give the same age as lists, as a Python float."""
+        import numpy as np
+
+        sums = batch_age_group_metrics({3: 100, 4: 200})
+        as_arrays = {k: np.array([v, v]) for k, v in sums.items()}
+        age = pop_batch_age(as_arrays, 5)
+        assert age == 5 - 2200 / 600 and type(age) is float and as_arrays == {}
+
 _counts = st.dictionaries(st.integers(0, 30), st.integers(1, 10_000), max_size=5)
 
 
