@@ -158,7 +158,8 @@ class Pipeline:
         stats = replace(
             self.stats,
             other={},
-            queued=self._queue.qsize(),
+            # The queue's events: less the flush markers and the stop sentinel still in it.
+            queued=max(self._queue.qsize() - (self._markers_put - self._markers_taken), 0),
             renamed_fields=self.stats.renamed_fields + self._unnamed,
         )
         for exporter in (self.log, *self.exporters):

@@ -45,7 +45,9 @@ _OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
 
 @runtime_checkable
 class EventExporter(Protocol):
-    """Receives batches of events on the pipeline's background thread."""
+    """Receives batches of events on the pipeline's background thread, after the log has
+    written them: an ``export`` that waits holds up the log's next lines, so slow work
+    belongs on a thread of the exporter's own."""
 
     def export(self, events: Sequence[dict[str, Any]]) -> int:
         """Take a batch of events; return how many of them were lost."""

@@ -509,3 +509,29 @@ def test_a_line_the_writer_cut_to_its_kind_is_named_as_such(tmp_path, cli, monke
     read = cli("cost", str(tmp_path)).stderr  # (run.start too was cut to its kind, here)
     said = "written without its fields by the writer"
     assert read.count(said) == checked.count(said) >= 2 and "not a trace" not in read
+
+
+def test_an_exporter_that_outlasts_close_leaves_its_events_counted_as_queued(
+    tmp_path, monkeypatch
+):
+    """A user exporter that sleeps past OTEL_ROLLOUT_CLOSE_TIMEOUT holds the writer: what it
+    had not written is counted as queued, so written + dropped + queued = accepted (the
+    stop marker in the queue is no event)."""
+    import time as _time
+
+    class Slow:
+        def export(self, events):
+            _time.sleep(3)
+            return 0
+
+        def shutdown(self):
+            pass
+
+    monkeypatch.setenv("OTEL_ROLLOUT_CLOSE_TIMEOUT", "1")
+    tr = RolloutTrace(tmp_path, exporters=[Slow()])
+    _time.sleep(0.3)  # the run.start is written; the writer is now in Slow.export
+    for i in range(3):
+        tr.emit("tick", i=i)
+    tr.close()
+    s = tr.stats
+    assert (s.written, s.dropped, s.queued) == (1, 0, 3)
