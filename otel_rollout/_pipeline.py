@@ -346,7 +346,11 @@ class Pipeline:
             name = _enum_value(name) or self._text_of(name)
         event: dict[str, Any] = {"t": t, "run_id": self.run_id, "event": name}
         for key, value in fields.items():
-            event[key + "_" if key in RESERVED else key] = value
+            if key in RESERVED:
+                key += "_"
+                while key in fields or key in event:  # a t_ of the caller's own keeps its name
+                    key += "_"
+            event[key] = value
         return event
 
     def _export(self, events: list[dict[str, Any]]) -> None:

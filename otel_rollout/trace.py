@@ -114,7 +114,8 @@ class RolloutTrace:
         if path is None:
             self.emit = _noop  # type: ignore[method-assign]  # emit is rebound per state: no branch on the hot path
             return
-        path = log_path(path)
+        # Absolute: a trainer that changes directory later (Hydra does) reopens the same log.
+        path = log_path(path).absolute()
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.run_id = new_run_id()
@@ -363,9 +364,17 @@ def _handle_sigterm() -> None:
         if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
             signal.signal(signal.SIGTERM, _on_sigterm)
     except ValueError:  # not the main thread: signals are the main thread's to set
-        pass
+        global _sigterm_told
+        if not _sigterm_told:
+            _sigterm_told = True
+            _log.warning(
+                "otel-rollout: a trace opened off the main thread sets no SIGTERM handler; "
+                "events still queued when SIGTERM ends the process are lost unless "
+                "trace.close() runs first (open the first trace on the main thread)"
+            )
 
 
+_sigterm_told = False  # the note about a trace opened off the main thread, given once
 atexit.register(_close_all)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)

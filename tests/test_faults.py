@@ -535,3 +535,15 @@ def test_an_exporter_that_outlasts_close_leaves_its_events_counted_as_queued(
     tr.close()
     s = tr.stats
     assert (s.written, s.dropped, s.queued) == (1, 0, 3)
+
+
+def test_a_callers_own_t_underscore_is_not_written_over(tmp_path):
+    """``emit("x", t_=9, t=1)``: the caller's ``t_`` keeps its name and value, and the
+    renamed ``t`` takes ``t__``."""
+    tr = RolloutTrace(tmp_path)
+    tr.emit("x", t_=9, t=1)
+    tr.emit("y", t=1, t_=9)
+    tr.close()
+    events = {e["event"]: e for e in EventReader(tmp_path / "rollout_trace.jsonl")}
+    for name in ("x", "y"):
+        assert (events[name]["t_"], events[name]["t__"]) == (9, 1)

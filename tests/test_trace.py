@@ -403,3 +403,39 @@ class TestProcessLifetime:
         subprocess.run([sys.executable, "-c", program, str(path)], check=True, timeout=60)
         events = list(read_events(path))
         assert [e["i"] for e in events[1:]] == list(range(20000))
+
+
+def test_a_trace_made_off_the_main_thread_says_it_sets_no_sigterm_handler(tmp_path):
+    """Signals are the main thread's to handle: a first trace opened on another thread says
+    once that SIGTERM will not write what is queued; one on the main thread sets it."""
+    script = (
+        "import signal, threading\n"
+        "from otel_rollout.trace import RolloutTrace\n"
+        f"made = []\n"
+        f"t = threading.Thread(target=lambda: made.append(RolloutTrace({str(tmp_path / 'a')!r})))\n"
+        "t.start(); t.join()\n"
+        f"made.append(RolloutTrace({str(tmp_path / 'b')!r}))\n"
+        "print(signal.getsignal(signal.SIGTERM).__name__)\n"
+        "for m in made: m.close()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("sets no SIGTERM handler") == 1
+    assert done.stdout.strip() == "_on_sigterm"
+
+
+def test_a_relative_log_path_survives_a_change_of_directory(tmp_path, monkeypatch):
+    """A trace opened on a relative path keeps writing the same file after the trainer
+    changes directory (and reopens that file, not a new one there, if it is removed)."""
+    first, second = tmp_path / "one", tmp_path / "two"
+    first.mkdir()
+    second.mkdir()
+    monkeypatch.chdir(first)
+    tr = RolloutTrace("runs/x")
+    assert tr.path == first / "runs" / "x" / "rollout_trace.jsonl"
+    monkeypatch.chdir(second)
+    tr.emit("tick", i=1)
+    tr.close()
+    assert not (second / "runs").exists()
+    assert b'"tick"' in (first / "runs" / "x" / "rollout_trace.jsonl").read_bytes()

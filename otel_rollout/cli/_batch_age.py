@@ -38,7 +38,9 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "file", type=trace_argument, help="a rollout_trace.jsonl (or .jsonl.gz), or its directory"
     )
-    parser.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+    parser.add_argument(
+        "--json", action="store_true", help="print JSON Lines (an object a step), not a table"
+    )
     add_full_ids(parser)
     parser.set_defaults(handler=run)
 
