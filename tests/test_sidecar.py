@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from collections import Counter
 from pathlib import Path
@@ -741,3 +742,53 @@ def test_a_lingering_sidecar_leaves_runs_that_make_their_own_spans_or_none(tmp_p
             cmd = _text(Path(f"/proc/{pid}/cmdline")) if pid.isdigit() else ""
             if "otel_rollout.sidecar" in cmd and str(tmp_path) in cmd:
                 os.kill(int(pid), signal.SIGTERM)
+
+
+def test_a_forked_childs_events_count_in_its_parents_scraped_metrics(tmp_path) -> None:
+    """Metrics served by the sidecar count a forked child's events as its parent's run's,
+    as every reader of the file does: the parent seals one attempt, the child two, and the
+    scrape shows three sealed."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = textwrap.dedent(f"""
+        import os
+        from otel_rollout.trace import RolloutTrace
+        t = RolloutTrace({str(tmp_path)!r}, metrics={{"prometheus"}}, prometheus_port={port})
+        def seal(trace, n):
+            ids = dict(attempt_id=f"a{{n}}", group_id="g", prompt_id=0, generation_index=n)
+            trace.emit("attempt.dispatch", weight_version=0, **ids)
+            trace.emit("attempt.seal", tokens=5, **ids)
+        t.emit("group.reserve", group_id="g", prompt_id=0, size=3, weight_version=0)
+        seal(t, 0)
+        t.flush()
+        pid = os.fork()
+        if pid == 0:
+            seal(t, 1); seal(t, 2); t.close(); os._exit(0)
+        os.waitpid(pid, 0)
+        t.close()
+    """)
+    env = clean_env(OTEL_ROLLOUT_SIDECAR_LINGER="10")
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    sealed = None
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and sealed != 3.0:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        found = [
+            line
+            for line in text.splitlines()
+            if line.startswith("rollout_attempts_total{") and 'outcome="sealed"' in line
+        ]
+        sealed = float(found[0].rsplit(" ", 1)[1]) if found else None
+        time.sleep(0.2)
+    assert sealed == 3.0, text
+    for pid in os.listdir("/proc"):
+        cmd = _text(Path(f"/proc/{pid}/cmdline")) if pid.isdigit() else ""
+        if "otel_rollout.sidecar" in cmd and str(tmp_path) in cmd:
+            os.kill(int(pid), signal.SIGTERM)

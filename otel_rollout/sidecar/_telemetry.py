@@ -196,6 +196,7 @@ class Telemetry:
         self._live_age = LiveBatchAge()  # shared: a resumed run trains groups sealed before
         self._processor = CollectingProcessor()
         self._run_by_resource: dict[bytes, str] = {}  # a LightTracer's encoded resource → run
+        self._family: dict[str, str] = {}  # a forked child's run_id → its first ancestor's
         self.shipper: SpanShipper | None = None
         self.builder: SpanBuilder | None = None
         #: OTLP spans are LightSpans encoded by hand (_otlp.py); the console gets SDK spans.
@@ -302,9 +303,13 @@ class Telemetry:
         self.events += len(events)
         if self.trackers is not None:
             self.trackers.export(events)
+        family = self._family
         for event in events:
             if event.get("event") == "run.start" and event.get("run_id").__class__ is str:
                 self._run(event["run_id"]).start = event
+                parent = event.get("parent_run_id")
+                if parent.__class__ is str and event["run_id"] not in family:
+                    family[event["run_id"]] = family.get(parent, parent)
         builder, metrics = self.builder, self._wants_metrics
         i, n = 0, len(events)
         while i < n:  # one export call per stretch of one run's events
@@ -318,8 +323,13 @@ class Telemetry:
                 builder.export(events[i:j])
                 if run is not None:  # each run's own count, for its trainer's close
                     run.spans_made += builder.spans_started - before
-            if metrics and run is not None and not run.ended:
-                self._metrics_for(run).export(events[i:j])
+            if metrics and run is not None:
+                # A forked child's metrics are its first ancestor's run's, as every reader of
+                # the file counts them (its spans keep its own run_id, as its trainer's).
+                root = family.get(run.run_id)
+                counted = self._run(root) if root is not None else run
+                if not counted.ended:
+                    self._metrics_for(counted).export(events[i:j])
             i = j
         self.ship()
 
