@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import codecs
 import operator
-import sys
 import threading
 from collections.abc import Mapping
 from typing import Any, ClassVar, Union
@@ -28,6 +27,7 @@ from typing import Any, ClassVar, Union
 import msgspec
 
 from . import schema
+from .constants import MOST_DIGITS
 
 __all__ = [
     "DECODER",
@@ -161,8 +161,7 @@ def parse_problem(exc: Exception) -> str:
     if isinstance(exc, msgspec.ValidationError):  # from the plain decoder: a number too big
         said = str(exc).split(" - at `", 1)[0].lower()
         if said.startswith("integer"):
-            limit = sys.get_int_max_str_digits()
-            return f"not an event: an integer of more than {limit:,} digits (Python's limit)"
+            return f"not an event: an integer of more than {MOST_DIGITS:,} digits (Python's limit)"
         return f"not an event: {said} (past a float)"
     return f"not valid JSON: {exc}"
 

@@ -25,7 +25,7 @@ import orjson
 
 from . import config
 from ._syncer import Syncer
-from .constants import ROLLOUT_TRACE_FILENAME
+from .constants import MOST_DIGITS, ROLLOUT_TRACE_FILENAME
 
 __all__ = [
     "COUNTS",
@@ -165,11 +165,14 @@ def jsonable(value: Any) -> Any:
         if -(2**63) <= value < 2**64:
             return value
         # Past orjson's 64 bits: still the exact number (readers keep integers of any size;
-        # a string would make a schema field invalid), unless too long to print.
+        # a string would make a schema field invalid), unless too long for a reader to read.
         try:
-            return orjson.Fragment(str(value).encode())
+            digits = str(value).encode()
         except ValueError:  # past sys.get_int_max_str_digits()
+            digits = b""
+        if not digits or len(digits.lstrip(b"-")) > MOST_DIGITS:
             return f"an integer of {value.bit_length():,} bits"
+        return orjson.Fragment(digits)
     try:
         orjson.dumps(value, default=_default, option=_OPTIONS)
         return value

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -265,3 +268,20 @@ def test_a_sparkline_draws_infinite_ages_at_its_ends():
 
     assert sparkline([1.0, math.inf, None, 3.0, -math.inf]) == "▁█ █▁"
     assert sparkline([math.inf]) == "█"
+
+
+def test_the_writer_writes_no_integer_a_reader_cannot_read(tmp_path):
+    """With Python's digit limit lifted (PYTHONINTMAXSTRDIGITS=0) the writer could print a
+    5,000-digit step that no reader reads (msgspec stops at 4,300 digits): it writes the
+    text "an integer of N bits" instead, and validate names the field."""
+    script = (
+        "from otel_rollout.trace import RolloutTrace\n"
+        f"t = RolloutTrace({str(tmp_path)!r})\n"
+        "t.emit('train.step', step=10**5000, trained_version=1, group_ids=[])\n"
+        "t.emit('train.step', step=10**4000, trained_version=1, group_ids=[])\n"
+        "t.close()\n"
+    )
+    env = {**os.environ, "PYTHONINTMAXSTRDIGITS": "0"}
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=60)
+    steps = [e["step"] for e in read_events(tmp_path) if e["event"] == "train.step"]
+    assert steps == ["an integer of 16,610 bits", 10**4000]

@@ -153,6 +153,12 @@ class TestReplay:
             flag = run([*base, "--endpoint", rx.endpoint], {"OTEL_TRACES_EXPORTER": "none"})
             assert flag.returncode == 0, flag.stderr
             assert len(rx.spans()) == 1
+            # A name this version does not know, or otlp among others, still replays over OTLP.
+            for named in ("zipkin", "otlp,console"):
+                sent = run(base, {"OTEL_TRACES_EXPORTER": named,
+                                  "OTEL_EXPORTER_OTLP_ENDPOINT": rx.endpoint})  # fmt: skip
+                assert sent.returncode == 0 and "1 sent to" in sent.stderr, sent.stderr
+            assert len(rx.spans()) == 3
 
     @pytest.mark.parametrize("endpoint", ["not a url", "http://x:abc", "localhost", "ftp://h:1"])
     def test_an_endpoint_that_is_no_url_is_a_usage_error_at_once(

@@ -70,11 +70,8 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.linger is not None and not args.follow:
         raise CliError("--linger goes with --follow (a replay ends at the end of the file)")
-    # A replay sends spans over OTLP unless OTEL_TRACES_EXPORTER names another exporter
-    # (console, or none) and no --endpoint overrides it.
-    named = os.environ.get("OTEL_TRACES_EXPORTER", "").strip()
     chosen = settings(
-        traces=None if args.follow or (named and not args.endpoint) else "otlp",
+        traces=None if args.follow else _replay_exporter(args.endpoint),
         endpoint=args.endpoint,
         protocol=args.protocol,
         service_name=args.service_name,
@@ -102,6 +99,17 @@ def run(args: argparse.Namespace) -> int:
     if telemetry.spans_failed:
         raise CliError(f"{telemetry.spans_failed} spans could not be sent to {where}", exit_code=1)
     return 0
+
+
+def _replay_exporter(endpoint: str | None) -> str:
+    """Where a replay sends spans: over OTLP, unless OTEL_TRACES_EXPORTER names only the
+    console, or none, and no --endpoint outranks it (a name this version does not know is
+    warned of and passed over, as everywhere)."""
+    named = {n.strip().lower() for n in os.environ.get("OTEL_TRACES_EXPORTER", "").split(",")}
+    known = named & {"otlp", "console", "none"}
+    if endpoint or not known or "otlp" in known:
+        return "otlp"
+    return "console" if "console" in known else "none"
 
 
 def _where(endpoint: str | None, protocol: str) -> str:
