@@ -148,10 +148,22 @@ def _check_names(where: str, options: Mapping[str, Any]) -> None:
 
 
 def _normalize(options: dict[str, Any]) -> dict[str, Any]:
+    """Options given in code, checked: a name or a port that cannot work raises at once
+    (the same mistake in an ``OTEL_*`` variable is warned of and passed over)."""
     out = dict(options)
+    if "traces" in out and out["traces"] not in _TRACE_EXPORTERS:
+        raise ValueError(f"traces: one of {sorted(_TRACE_EXPORTERS)}, got {out['traces']!r}")
     if "metrics" in out and not isinstance(out["metrics"], frozenset):
         value = out["metrics"]
         out["metrics"] = frozenset([value] if isinstance(value, str) else value) - {"none"}
+    if "metrics" in out and not out["metrics"] <= _METRIC_EXPORTERS:
+        unknown = sorted(map(str, out["metrics"] - _METRIC_EXPORTERS))
+        raise ValueError(f"metrics: each of {sorted(_METRIC_EXPORTERS)}, got {unknown}")
+    port = out.get("prometheus_port")
+    if port is not None and not (
+        isinstance(port, int) and not isinstance(port, bool) and 0 <= port < 65536
+    ):
+        raise ValueError(f"prometheus_port: a port number from 0 to 65535, got {port!r}")
     if "protocol" in out:
         out["protocol"] = _protocol(out["protocol"])
     if "trackers" in out:

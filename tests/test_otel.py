@@ -66,6 +66,22 @@ class TestInCode:
         assert settings({}).metrics == {"prometheus"}
         assert settings({}, prometheus_port=99).prometheus_port == 99
 
+    @pytest.mark.parametrize(
+        "options, words",
+        [({"metrics": {"prom"}}, "metrics: each of"), ({"traces": "zipkin"}, "traces: one of"),
+         ({"prometheus_port": "abc"}, "prometheus_port: a port number"),
+         ({"prometheus_port": 70000}, "prometheus_port: a port number")],
+    )  # fmt: skip
+    def test_a_value_given_in_code_that_cannot_work_raises(self, options, words):
+        """configure() and a trace's keywords refuse an exporter name or a port that cannot
+        work at once (the same typo in an OTEL_* variable is warned of and passed over), and
+        keep the settings they had."""
+        with pytest.raises(ValueError, match=words):
+            otel_rollout.configure(**options)
+        with pytest.raises(ValueError, match=words):
+            settings({}, **options)
+        assert settings({}).traces == "none" and settings({}).metrics == frozenset()
+
     def test_endpoint_in_code_turns_otlp_on(self):
         """An endpoint given in code turns OTLP export on, like the variable."""
         s = settings({}, endpoint="http://127.0.0.1:4317")

@@ -118,8 +118,11 @@ class TestImportLayers:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert "otel_rollout.trace" not in out.stdout and "otel_rollout.cli" not in out.stdout
         tree = ast.parse((Path(otel_rollout.__file__).parent / "constants.py").read_text())
-        imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
-        assert [getattr(n, "module", None) for n in imports] == ["__future__"]
+        relative = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level]
+        named = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        named += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
+        assert not relative and not [m for m in named if m.startswith("otel_rollout")]
+        assert set(named) <= {"__future__", "sys"}  # the standard library's, and little of it
 
     def test_the_reference_main_does_not_load_the_command_line(self, tmp_path):
         """``python -m otel_rollout.trace`` prints its lines without importing the CLI."""
