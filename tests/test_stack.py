@@ -123,6 +123,9 @@ class TestStackCommand:
         services = load(tmp_path / "collector" / "compose.yaml")["services"]
         assert "127.0.0.1:14317:4317" in services["otel-collector"]["ports"]
         assert (tmp_path / "dashboards" / "rollout.json").exists()
+        header = (tmp_path / "collector" / "compose.yaml").read_text().split("services:")[0]
+        assert "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:14317 " in header
+        assert "127.0.0.1:4317" not in header
 
     def test_check_passes_against_live_endpoints(self, cli, tmp_path):
         """--check: a real OTLP receiver (gRPC and HTTP) and a real metrics endpoint answer."""

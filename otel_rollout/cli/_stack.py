@@ -63,6 +63,10 @@ def _compose_text(args: argparse.Namespace, text: str) -> str:
         text = text.replace(
             f'"127.0.0.1:{port}:{port}"', f'"127.0.0.1:{getattr(args, option)}:{port}"'
         )
+        # The header's how-to names host ports too: http://127.0.0.1:4317 and the like.
+        mine = f"http://127.0.0.1:{getattr(args, option)}"
+        for end in (" ", "\n"):
+            text = text.replace(f"http://127.0.0.1:{port}{end}", mine + end)
     return text
 
 
