@@ -362,8 +362,11 @@ class Pipeline:
         self._drops_reported, self._drops_carried = dropped, 0
         ours = len(events)
         if drops:
+            # Its time is the batch's last event's, so the file's times stay in order (the
+            # next batch's events were emitted before this write, and after those).
+            t = events[-1]["t"] if events else time.time()
             events.append(
-                {"t": time.time(), "run_id": self.run_id, "event": "trace.dropped", "count": drops}
+                {"t": t, "run_id": self.run_id, "event": "trace.dropped", "count": drops}
             )
         lost = self._export_to_log(events)
         if lost:

@@ -293,6 +293,27 @@ class TestBoundedQueue:
         assert tr.stats.dropped_queue_full == dropped
         assert [e["i"] for e in written] == sorted(e["i"] for e in written)
 
+    def test_the_drop_report_keeps_the_files_times_in_order(self, tmp_path):
+        """A trace.dropped line takes its batch's last event's time, so that every line's
+        ``t`` is at least the one before it, however often the queue overflows."""
+
+        class Slow:
+            def export(self, events):
+                time.sleep(0.002)
+                return 0
+
+            def shutdown(self):
+                pass
+
+        tr = RolloutTrace(tmp_path / "t.jsonl", capacity=20, exporters=[Slow()])
+        for i in range(30_000):
+            tr.emit("x", i=i)
+        tr.close()
+        events = lines(tmp_path / "t.jsonl")
+        assert sum(e["event"] == "trace.dropped" for e in events) > 1
+        times = [e["t"] for e in events]
+        assert times == sorted(times)
+
     def test_capacity_from_the_environment(self, tmp_path, monkeypatch):
         """OTEL_ROLLOUT_QUEUE_SIZE sets the capacity when no argument does."""
         monkeypatch.setenv("OTEL_ROLLOUT_QUEUE_SIZE", "5")
