@@ -31,22 +31,21 @@ class CappedWarnings:
     message`` for a place that is no line number), then, at :meth:`done`,
     ``path: N more <what> (M in all)``.
 
-    While :attr:`holding`, warnings are kept instead of told (a reader that may yet find
-    the file is no trace at all); :meth:`release` tells them, :meth:`drop` forgets them.
+    A warning given with ``hold`` is kept instead of told (a reader that may yet find the
+    file is no trace at all); :meth:`release` tells those, :meth:`drop` forgets them.
     """
 
     def __init__(self, path: str | os.PathLike[str], what: str = "warnings") -> None:
         self.path = path
         self.what = what
         self.count = 0
-        self.holding = False
         self._held: list[tuple[int | str, str]] = []
 
-    def warn(self, where: int | str, message: str) -> None:
+    def warn(self, where: int | str, message: str, hold: bool = False) -> None:
         self.count += 1
         if self.count > MAX_WARNINGS:
             return
-        if self.holding:
+        if hold:
             self._held.append((where, message))
             return
         self.release()

@@ -181,15 +181,15 @@ class EventReader:
         """Tell a problem with this file's lines (a skipped line, or one an analysis found)
         as the reader tells them: the first few, then a count, held while the file may
         yet prove no trace at all."""
-        warnings = self._warnings
-        warnings.holding = self.first_line_is_event is False and not self.events
-        warnings.warn(where, message)
+        maybe_no_trace = self.first_line_is_event is False and not self.events
+        self._warnings.warn(where, message, hold=maybe_no_trace)
 
-    def _first_events(self) -> None:
-        """The file shows its first events: what was held while it might have been no trace
-        is told now, before anything is made of them."""
-        if self._warnings.held:
+    def _counted(self, n: int) -> None:
+        """``n`` more events read; at the first, what was held while the file might have
+        been no trace is told, before anything is made of them."""
+        if n and not self.events and self._warnings.held:
             self._warnings.release()
+        self.events += n
 
     @property
     def skipped(self) -> int:
@@ -323,9 +323,7 @@ class EventReader:
         way through a file, since each block is decoded in one call."""
         for batch in self._blocks(numbered=False):
             events = batch if batch.__class__ is list else list(batch)
-            if events and not self.events:
-                self._first_events()
-            self.events += len(events)
+            self._counted(len(events))
             yield events
 
     def numbered_batches(self) -> Iterator[tuple[list[Any], int | Sequence[int]]]:
@@ -365,28 +363,20 @@ class EventReader:
 
     def _numbered(self, batch: Any) -> tuple[list[Any], int | Sequence[int]]:
         if batch.__class__ is tuple:
-            if batch[0] and not self.events:
-                self._first_events()
-            self.events += len(batch[0])
+            self._counted(len(batch[0]))
             return batch
         pairs = list(batch)
-        if pairs and not self.events:
-            self._first_events()
-        self.events += len(pairs)
+        self._counted(len(pairs))
         return [e for _, e in pairs], [n for n, _ in pairs]
 
     def _scan(self, numbered: bool) -> Iterator[Any]:
         for batch in self._blocks(numbered):
             if batch.__class__ is list:
-                if batch and not self.events:
-                    self._first_events()
-                self.events += len(batch)
+                self._counted(len(batch))
                 yield from batch
             else:  # lazy, line by line: a skip is told between the events around it
                 for event in batch:
-                    if not self.events:
-                        self._first_events()
-                    self.events += 1
+                    self._counted(1)
                     yield event
 
     def _plan(self, numbered: bool, whole_numbered: bool) -> tuple[Any, bool]:

@@ -175,3 +175,19 @@ def fresh_setting_warnings():
     from otel_rollout import config
 
     config._WARNED.clear()
+
+
+class SlowExporter:
+    """An exporter of the user's that takes ``seconds`` over every batch (on the writer's
+    thread, as the pipeline calls it)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def export(self, events: object) -> int:
+        time.sleep(self.seconds)
+        return 0
+
+    def shutdown(self) -> None:
+        pass
+

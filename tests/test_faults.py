@@ -20,6 +20,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from conftest import SlowExporter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -517,19 +518,9 @@ def test_an_exporter_that_outlasts_close_leaves_its_events_counted_as_queued(
     """A user exporter that sleeps past OTEL_ROLLOUT_CLOSE_TIMEOUT holds the writer: what it
     had not written is counted as queued, so written + dropped + queued = accepted (the
     stop marker in the queue is no event)."""
-    import time as _time
-
-    class Slow:
-        def export(self, events):
-            _time.sleep(3)
-            return 0
-
-        def shutdown(self):
-            pass
-
     monkeypatch.setenv("OTEL_ROLLOUT_CLOSE_TIMEOUT", "1")
-    tr = RolloutTrace(tmp_path, exporters=[Slow()])
-    _time.sleep(0.3)  # the run.start is written; the writer is now in Slow.export
+    tr = RolloutTrace(tmp_path, exporters=[SlowExporter(3)])
+    time.sleep(0.3)  # the run.start is written; the writer is now in Slow.export
     for i in range(3):
         tr.emit("tick", i=i)
     tr.close()

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+from conftest import SlowExporter
 
 from otel_rollout import trace as trace_module
 from otel_rollout.testing import InMemoryExporter, OtlpReceiver
@@ -296,16 +297,7 @@ class TestBoundedQueue:
     def test_the_drop_report_keeps_the_files_times_in_order(self, tmp_path):
         """A trace.dropped line takes its batch's last event's time, so that every line's
         ``t`` is at least the one before it, however often the queue overflows."""
-
-        class Slow:
-            def export(self, events):
-                time.sleep(0.002)
-                return 0
-
-            def shutdown(self):
-                pass
-
-        tr = RolloutTrace(tmp_path / "t.jsonl", capacity=20, exporters=[Slow()])
+        tr = RolloutTrace(tmp_path / "t.jsonl", capacity=20, exporters=[SlowExporter(0.002)])
         for i in range(30_000):
             tr.emit("x", i=i)
         tr.close()

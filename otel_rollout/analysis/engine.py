@@ -63,7 +63,8 @@ class Engine:
         self, analyses: Sequence[Analysis], on_warning: OnWarning, *, in_memory: bool = False
     ) -> None:
         self.analyses = list(analyses)
-        self._on_warning = on_warning
+        #: Where the pass's problems go (run_file points it at its reader's warnings).
+        self.on_warning = on_warning
         self._in_memory = in_memory  # events are named "event N", not by a line number
         self._batch: tuple[Sequence[Any], int | Sequence[int]] = ((), 0)
         self.state = State(self._warn)
@@ -97,7 +98,7 @@ class Engine:
         batch, lines = self._batch
         i = next((n for n, e in enumerate(batch) if e is event), 0)  # rare: search, not track
         where = lines + i if isinstance(lines, int) else lines[i]
-        self._on_warning(f"event {where}" if self._in_memory else where, message)
+        self.on_warning(f"event {where}" if self._in_memory else where, message)
 
     def feed(self, batches: Iterable[tuple[Sequence[Any], int | Sequence[int]]]) -> None:
         """Every event of ``batches``: ``(events, where)`` with ``where`` the first event's
@@ -140,7 +141,7 @@ class Engine:
     def feed_events(self, stream: Iterable[Any]) -> None:
         """As :meth:`feed`, for events in memory (dicts or the schema's structs), checked
         as :func:`run_events` checks them; the engine lives on for the next ones."""
-        self.feed(_checked(stream, self.kinds, self._on_warning))
+        self.feed(_checked(stream, self.kinds, self.on_warning))
 
     def results(self) -> list[Any]:
         return [a.result() for a in self.analyses]
@@ -166,29 +167,30 @@ def run_file(
     step naming groups that never sealed).  ``path`` may be an unstarted
     :class:`~otel_rollout.reader.EventReader` made with ``typed=True``.
     """
-    reader: EventReader | None = path if isinstance(path, EventReader) else None
-    if on_warning is None:
-        # The reader's own warnings, for its skipped lines and the pass's problems alike:
-        # one count, and none of them for a file that proves no trace at all.
-        def on_warning(where: int | str, message: str) -> None:
-            assert reader is not None
-            reader.warn(where, message)
-
-        told: OnWarning | None = None
+    told = on_warning
+    engine = Engine(analyses, told or _told_later)
+    if isinstance(path, EventReader):
+        reader = path
     else:
-        told = on_warning
-    engine = Engine(analyses, on_warning)
-    if reader is None:
         few = engine.kinds is not None and len(engine.kinds) <= MOST_KINDS_SEARCHED
         reader = EventReader(
-            path,  # type: ignore[arg-type]  # not a reader here
+            path,
             typed=True,
             kinds=engine.kinds if few else None,
             on_skip=(lambda line, why: told(line, f"{why}; skipped")) if told else None,
             progress=progress,
         )
+    if told is None:
+        # The reader's own warnings, for its skipped lines and the pass's problems alike:
+        # one count, and none of them for a file that proves no trace at all.
+        engine.on_warning = reader.warn
     engine.feed(reader.numbered_batches())
     return engine.results()
+
+
+def _told_later(where: int | str, message: str) -> None:
+    """A placeholder, until :func:`run_file` has the reader whose warnings it uses."""
+    raise AssertionError("run_file sets the engine's on_warning before the pass")
 
 
 def run_events(
