@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -125,7 +125,7 @@ class CostAnalysis(Analysis):
         self.window = window
         self.report = CostReport()
         self.ledger = Ledger()
-        self.generated = 0
+        self.generated = 0  # abandoned attempts' tokens (the state counts the sealed ones)
         self.abandoned: dict[str, int] = {}  # wasted tokens by "abandoned: reason"
         self.recent: deque[float] = deque(maxlen=window)  # the current run's last ages
         # The boundary whose new run is running: only the run that directly follows is matched.
@@ -133,6 +133,13 @@ class CostAnalysis(Analysis):
         self.unmatched: set[Key] = set()  # its rollouts that have not run again yet
         self.regenerating: set[Key] = set()  # its rollouts re-dispatched from scratch
         self._carried = 0  # the shared state's carried lots taken into the ledger so far
+
+    def hot_keys(self) -> Mapping[str, Collection[Key]]:
+        # A dispatch matters only as an interrupted rollout running again; a seal in flight,
+        # only as one regenerating (the state counts its tokens); a reservation, only of a
+        # group in flight (the compiled path leaves those to the handlers).
+        return {"attempt.dispatch": self.unmatched, "attempt.seal": self.regenerating,
+                "group.reserve": ()}  # fmt: skip
 
     def handlers(self) -> Mapping[str, Callable[[Any], None]]:
         return {
@@ -173,8 +180,10 @@ class CostAnalysis(Analysis):
         b.rollouts_interrupted = len(b._interrupted)
         self.report.boundaries.append(b)
         self.watching = b
-        self.unmatched = set(b._interrupted) | b._at_risk
-        self.regenerating = set()
+        # Changed in place, not replaced: the pass's compiled path holds them (hot_keys).
+        self.unmatched.clear()
+        self.unmatched.update(b._interrupted, b._at_risk)
+        self.regenerating.clear()
 
     # Handlers: the shared state is as it was before the event.
 
@@ -203,7 +212,6 @@ class CostAnalysis(Analysis):
 
     def _attempt_seal(self, e: Any) -> None:
         tokens = e.tokens
-        self.generated += tokens
         if e.group_id not in self.state.groups:  # trained already, or never reserved
             self.ledger.touch(e.group_id, e.run_id, tokens)
         if self.regenerating:
@@ -269,7 +277,7 @@ class CostAnalysis(Analysis):
     def result(self) -> CostReport:
         report = self.report
         report.runs = [r.run_id for r in self.state.runs]
-        report.tokens_generated = self.generated
+        report.tokens_generated = self.generated + self.state.sealed_tokens
         for b in report.boundaries:
             fates = [b._fate.get(k) for k in b._interrupted]
             b.resumed = fates.count("resumed")

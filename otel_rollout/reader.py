@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Generator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,11 @@ _TYPED_ERRORS = (msgspec.DecodeError, RecursionError)
 
 Progress = Callable[[int, int], None]
 OnSkip = Callable[[int, str], None]
+
+
+#: ``(chunk, pos, end) → (pos, lines, cold_end)``: a pass's compiled path
+#: (:data:`otel_rollout.analysis.hot.Consume`).
+HotPath = Callable[[bytes, int, int], tuple[int, int, int]]
 
 
 def too_long(length: int, limit: int) -> str:
@@ -117,6 +122,11 @@ class EventReader:
         self.max_line_bytes = config.MAX_LINE_BYTES.resolve(max_line_bytes)
         #: Lines ``validate`` calls errors are skipped (typed events are always checked).
         self.checked = typed or validate
+        #: Events are the schema's structs (:mod:`otel_rollout.events`).
+        self.typed = typed
+        #: The compiled path of a pass (:mod:`otel_rollout.analysis.hot`): applies the
+        #: commonest lines of a block itself; the reader decodes the rest (typed only).
+        self.hot: HotPath | None = None
         self._check_dicts = validate and not typed and as_type is None
         if typed:
             self._typed: msgspec.json.Decoder[Any] | None = events.DECODER
@@ -184,7 +194,7 @@ class EventReader:
         maybe_no_trace = self.first_line_is_event is False and not self.events
         self._warnings.warn(where, message, hold=maybe_no_trace)
 
-    def _counted(self, n: int) -> None:
+    def counted(self, n: int) -> None:
         """``n`` more events read; at the first, what was held while the file might have
         been no trace is told, before anything is made of them."""
         if n and not self.events and self._warnings.held:
@@ -323,7 +333,7 @@ class EventReader:
         way through a file, since each block is decoded in one call."""
         for batch in self._blocks(numbered=False):
             events = batch if batch.__class__ is list else list(batch)
-            self._counted(len(events))
+            self.counted(len(events))
             yield events
 
     def numbered_batches(self) -> Iterator[tuple[list[Any], int | Sequence[int]]]:
@@ -363,20 +373,20 @@ class EventReader:
 
     def _numbered(self, batch: Any) -> tuple[list[Any], int | Sequence[int]]:
         if batch.__class__ is tuple:
-            self._counted(len(batch[0]))
+            self.counted(len(batch[0]))
             return batch
         pairs = list(batch)
-        self._counted(len(pairs))
+        self.counted(len(pairs))
         return [e for _, e in pairs], [n for n, _ in pairs]
 
     def _scan(self, numbered: bool) -> Iterator[Any]:
         for batch in self._blocks(numbered):
             if batch.__class__ is list:
-                self._counted(len(batch))
+                self.counted(len(batch))
                 yield from batch
             else:  # lazy, line by line: a skip is told between the events around it
                 for event in batch:
-                    self._counted(1)
+                    self.counted(1)
                     yield event
 
     def _plan(self, numbered: bool, whole_numbered: bool) -> tuple[Any, bool]:
@@ -406,11 +416,14 @@ class EventReader:
             for chunk, start, end, final in blocks:
                 if final and broken:  # the damage is known before the line it cut is read
                     self._damage = broken[0]
-                events, newlines = self._block(
-                    chunk, start, end, final, lineno, numbered, whole_numbered, *plan
-                )
-                yield events
-                lineno += newlines + final
+                if self.hot is not None and self.typed and whole_numbered and not final:
+                    lineno = yield from self._hot_block(chunk, start, end, lineno, plan)
+                else:
+                    events, newlines = self._block(
+                        chunk, start, end, final, lineno, numbered, whole_numbered, *plan
+                    )
+                    yield events
+                    lineno += newlines + final
                 torn_tail = final
                 if self._progress is not None:
                     self._progress(position(), total)
@@ -433,6 +446,25 @@ class EventReader:
                 )
         else:
             warnings.done()
+
+    def _hot_block(
+        self, chunk: bytes, start: int, end: int, lineno: int, plan: tuple[Any, bool]
+    ) -> Generator[Any, None, int]:
+        """A block of whole lines, its hot lines applied by the compiled path and the
+        others decoded here, each run of them a batch, in file order; the line count after
+        it."""
+        hot = self.hot
+        assert hot is not None
+        pos = start
+        while pos < end:
+            done, lines, cold = hot(chunk, pos, end)
+            lineno += lines
+            if cold > done:
+                events, newlines = self._block(chunk, done, cold, False, lineno, True, True, *plan)
+                yield events
+                lineno += newlines
+            pos = cold
+        return lineno
 
     def _block(
         self,

@@ -12,12 +12,14 @@ with a warning naming its line, so every analysis reads the same events.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .. import events
 from .._warnings import CappedWarnings
 from ..reader import MOST_KINDS_SEARCHED, EventReader, EventStream, Progress
+from . import hot
+from .records import Key
 from .state import State, Stop
 
 __all__ = ["Analysis", "Engine", "OnWarning", "run_events", "run_file"]
@@ -38,6 +40,8 @@ class Analysis:
       before the event.
     * :meth:`stop`: a run ended and the next run in the file began.
     * :meth:`result`: what the analysis found, once the last event is read.
+    * :meth:`hot_keys` (optional, for speed): which attempts and reservations it must
+      see, so that the pass may apply the others to the state in compiled code.
 
     :attr:`state` (:class:`~otel_rollout.analysis.state.State`) is shared by
     every analysis of the pass and set before the first event.
@@ -48,6 +52,18 @@ class Analysis:
 
     def handlers(self) -> Mapping[str, Callable[[Any], None]]:
         return {}
+
+    def hot_keys(self) -> Mapping[str, Collection[Key]] | None:
+        """Lets the pass apply the commonest events to the shared state in compiled code
+        without calling this analysis's handlers (:mod:`.hot`).  For each kind of
+        ``attempt.dispatch``, ``attempt.seal``, ``group.reserve`` and ``group.admit`` it
+        handles: the rollout keys whose attempts it must still see, as a set it changes
+        in place (for the group kinds, any empty collection).  The events it must be
+        fine to miss: a dispatch of the run being read; a seal of an attempt and a group
+        both in flight (the state counts their tokens: :attr:`State.sealed_tokens`); a
+        reservation of a group not in flight; an admission.  None (the default): it sees
+        every event of the kinds it handles, and the pass reads every line in Python."""
+        return None
 
     def stop(self, stop: Stop) -> None:
         """A run stopped and another began (the new run's first event is next)."""
@@ -108,6 +124,8 @@ class Engine:
         run_id, last_t = (run.run_id, run.last_t) if run is not None else (None, 0.0)
         for item in batches:
             self._batch = item
+            if run is not None:  # the compiled path may have read later lines of it since
+                last_t = run.last_t
             for e in item[0]:
                 # A forked child's lines are its parent's run (State.root_of).
                 if e.run_id != run_id and (root := state.root_of(e)) != run_id:
@@ -180,6 +198,8 @@ def run_file(
             on_skip=(lambda line, why: told(line, f"{why}; skipped")) if told else None,
             progress=progress,
         )
+    if reader.typed and reader.hot is None:
+        reader.hot = hot.consumer(engine.state, engine.analyses, reader.kinds, reader.counted)
     if told is None:
         # The reader's own warnings, for its skipped lines and the pass's problems alike:
         # one count, and none of them for a file that proves no trace at all.

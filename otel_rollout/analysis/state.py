@@ -99,6 +99,7 @@ class State:
         self.seals: dict[str, SealCounts] = {}
         self.steps: dict[int, Step] = {}  # step number → its surviving train.step
         self.trained: set[str] = set()  # groups any train.step trained
+        self.sealed_tokens = 0  # the tokens of every attempt.seal read
         #: groups of a train.step a later one of the same number and run replaced, with no
         #: checkpoint.restore between them (one between makes it a step a restore redid)
         self.logged_again: set[str] = set()
@@ -243,9 +244,10 @@ class State:
         return dispatch
 
     def _hot_attempt_seal(self) -> Callable[[Any], None]:
-        attempts, groups, key_of = self.attempts, self.groups, self.key
+        attempts, groups, key_of, state = self.attempts, self.groups, self.key, self
 
         def attempt_seal(e: Any) -> None:
+            state.sealed_tokens += e.tokens
             attempt = attempts.pop(e.attempt_id, None)
             group = groups.get(e.group_id)
             if group is not None:

@@ -1,0 +1,101 @@
+"""The commonest lines applied to the shared state in compiled code, where a pass allows.
+
+Most of a trace is ``attempt.dispatch``, ``attempt.seal``, ``group.reserve`` and
+``group.admit`` lines (92% of the bench trace), and most of those change nothing but
+the shared state (:mod:`.state`): an attempt goes in flight, its tokens go to its
+group, a group goes in flight.  The Python path decodes each into its struct and calls
+every handler of its kind: ~2.8 µs a line, most of a ``cost`` pass.
+``otel_rollout/_hot.c`` reads such lines straight from the file's bytes, applies them
+to the state's dicts as the state's own handlers would, and hands every other line back
+to the Python path, in file order (its header lists what it hands back).  On the bench
+trace ``cost`` takes about half the time it did.
+
+A pass may use it only if every analysis that handles a hot kind says which of those
+events it must still see (:meth:`~otel_rollout.analysis.Analysis.hot_keys`) and the
+attempts are among the kinds it may take; an analysis that says nothing sees every
+event, and the pass takes the Python path.  The C part is optional (a package built
+without a compiler has none); results are the same either way, which a hypothesis test
+checks on hostile files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .records import Group
+from .state import State
+
+if TYPE_CHECKING:
+    from .engine import Analysis
+
+try:
+    from .._hot import consume as _consume
+except ImportError:  # built without a C compiler: every line takes the Python path
+    _consume = None
+
+__all__ = ["HOT_KINDS", "Consume", "consumer", "enabled"]
+
+#: The kinds the compiled path reads, with the flag ``_hot.consume`` knows each by.
+HOT_KINDS = {"attempt.dispatch": 1, "attempt.seal": 2, "group.reserve": 4, "group.admit": 8}
+
+#: ``(chunk, pos, end) → (pos, lines, cold_end)``: applies the hot lines of ``chunk`` from
+#: ``pos`` and returns where they end, how many they were, and where the cold lines after
+#: them end (see ``_hot.c``); the reader's :data:`~otel_rollout.reader.HotPath`.
+Consume = Callable[[bytes, int, int], tuple[int, int, int]]
+
+_ATTEMPTS = HOT_KINDS["attempt.dispatch"] | HOT_KINDS["attempt.seal"]
+
+#: Off: every line takes the Python path (the tests compare the two).
+enabled = _consume is not None
+
+
+def consumer(
+    state: State,
+    analyses: Sequence[Analysis],
+    kinds: Collection[str] | None,
+    counted: Callable[[int], None],
+) -> Consume | None:
+    """The compiled path for a pass over ``kinds`` (None: every kind) with ``analyses``,
+    or None where it may not be used; ``counted(n)`` is told of each ``n`` lines it
+    applies (they are events the reader did not decode)."""
+    if not enabled or _consume is None:
+        return None
+    flags = 0
+    watch: dict[str, list[Collection[Any]]] = {kind: [] for kind in HOT_KINDS}
+    for kind, flag in HOT_KINDS.items():
+        if kinds is not None and kind not in kinds:
+            continue
+        for analysis in analyses:
+            if kind not in analysis.handlers():
+                continue
+            keys = (analysis.hot_keys() or {}).get(kind)
+            if keys is None:  # this analysis must see every event of the kind
+                break
+            watch[kind].append(keys)
+        else:
+            flags |= flag
+    if flags & _ATTEMPTS != _ATTEMPTS:
+        # Without the attempts (most of a file), the few lines it could take would only break
+        # the rest into many small batches: slower than none.
+        return None
+    consume = _consume
+    attempts, groups, epochs = state.attempts, state.groups, state.epochs
+    watch_dispatch, watch_seal = tuple(watch["attempt.dispatch"]), tuple(watch["attempt.seal"])
+
+    def apply(chunk: bytes, pos: int, end: int) -> tuple[int, int, int]:
+        run = state.run
+        if run is None:  # the file's first line: the Python path begins the run
+            return pos, 0, chunk.find(b"\n", pos, end) + 1 or end
+        pos, lines, cold_end, last_t, tokens = consume(
+            chunk, pos, end, run.run_id, attempts, groups, epochs, Group, flags,
+            watch_dispatch, watch_seal,
+        )  # fmt: skip
+        if lines:
+            counted(lines)
+            state.sealed_tokens += tokens
+            if last_t > run.last_t:
+                run.last_t = last_t
+        return pos, lines, cold_end
+
+    return apply

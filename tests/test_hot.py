@@ -1,0 +1,266 @@
+"""The pass's compiled path (``_hot.c``) gives exactly what the Python path gives."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_ledger import naive_ledger, traces
+
+from otel_rollout.analysis import Analysis, StepAges, hot, run_file
+from otel_rollout.cost import CostAnalysis, analyze, analyze_file
+from otel_rollout.report import ReportData, ReportSeries
+from otel_rollout.testing import synthetic_trace
+
+pytestmark = pytest.mark.skipif(
+    not hot.enabled and os.environ.get("CI") != "true",  # CI builds it: a failed build fails
+    reason="the compiled path was not built here (no compiler when the package was installed)",
+)
+
+
+class Probe(Analysis):
+    """Reads nothing itself: what the shared state holds at the end is the result."""
+
+    def result(self) -> Any:
+        state = self.state
+        return {
+            "attempts": dict(state.attempts),
+            "groups": {g: dataclasses.asdict(group) for g, group in state.groups.items()},
+            "epochs": dict(state.epochs),
+            "sealed_tokens": state.sealed_tokens,
+            "runs": [dataclasses.asdict(run) for run in state.runs],
+        }
+
+
+@pytest.fixture
+def applied(monkeypatch) -> list[tuple[int, int]]:
+    """``(kinds, lines)`` of each call of the compiled path: the flags of the kinds it was
+    given, and how many lines it applied (so a test can tell it ran)."""
+    counts: list[tuple[int, int]] = []
+    consume = hot._consume
+
+    def counting(*args: Any) -> Any:
+        out = consume(*args)
+        counts.append((args[8], out[1]))
+        return out
+
+    monkeypatch.setattr(hot, "_consume", counting)
+    return counts
+
+
+def both_paths(monkeypatch, path: Path, make: Any) -> tuple[Any, Any, list, list]:
+    """The results and warnings of a pass over ``path`` with the compiled path and without."""
+    found = []
+    for on in (True, False):
+        monkeypatch.setattr(hot, "enabled", on)
+        warnings: list[tuple[Any, str]] = []
+        tell = warnings.append
+        results = run_file(path, make(), on_warning=lambda n, what, tell=tell: tell((n, what)))
+        found.append((results, warnings))
+    monkeypatch.setattr(hot, "enabled", True)
+    return found[0][0], found[1][0], found[0][1], found[1][1]
+
+
+def reports(results: list[Any]) -> list[Any]:
+    return [r.report() if hasattr(r, "report") else r for r in results]
+
+
+def test_the_bench_trace_gives_the_same_cost_either_way(tmp_path, monkeypatch, applied):
+    """On a synthetic 3-run trace, cost, batch age and the state are the same with the
+    compiled path as without, and the compiled path applied most lines."""
+    path = synthetic_trace(tmp_path / "t.jsonl", 30_000, runs=3)
+    make = lambda: [CostAnalysis(), StepAges(), Probe()]  # noqa: E731
+    on, off, warned_on, warned_off = both_paths(monkeypatch, path, make)
+    assert reports(on) == reports(off)
+    assert warned_on == warned_off
+    assert sum(n for _, n in applied) > 0.8 * 30_000
+
+
+def test_an_analysis_that_needs_every_attempt_turns_the_compiled_path_off(
+    tmp_path, monkeypatch, applied
+):
+    """A pass with an analysis that handles attempts and gives no hot_keys (the report's
+    series) reads every line in Python, and its series is the same as with the compiled
+    path allowed; cost alone lets the compiled path read the attempts."""
+    path = synthetic_trace(tmp_path / "t.jsonl", 5_000, runs=2)
+    make = lambda: [CostAnalysis(), ReportSeries(ReportData(str(path)))]  # noqa: E731
+    on, off, _, _ = both_paths(monkeypatch, path, make)
+    assert on[1].in_flight == off[1].in_flight and on[1].steps == off[1].steps
+    assert not applied  # the few lines it could take would only cut the rest up
+    attempts = hot.HOT_KINDS["attempt.dispatch"] | hot.HOT_KINDS["attempt.seal"]
+    run_file(path, [CostAnalysis()])
+    assert all(kinds & attempts == attempts for kinds, _ in applied)
+    assert sum(n for _, n in applied) > 0.8 * 5_000
+
+
+# Hostile ways to write an event of a hot kind: each is valid JSON, and each is either a
+# line the compiled path must leave to the Python path or one it must read as it would.
+def _written(event: dict[str, Any], how: str, rnd: random.Random) -> bytes:
+    e = dict(event)
+    if how == "shuffled":
+        items = list(e.items())
+        rnd.shuffle(items)
+        return json.dumps(dict(items), separators=(",", ":")).encode()
+    if how == "spaced":
+        return json.dumps(e, separators=(" , ", " : ")).replace("{", "{ \t").encode() + b" \r"
+    if how == "escaped":
+        key = rnd.choice([k for k in e if isinstance(e[k], str)])
+        text = json.dumps(e, separators=(",", ":"))
+        value = json.dumps(e[key])
+        escaped = '"' + "".join(f"\\u{ord(c):04x}" for c in e[key]) + '"'
+        return text.replace(value, escaped, 1).encode()
+    if how == "extra":
+        e["note"] = {"nested": [1, 2.5, None]}
+    elif how == "null":
+        e[rnd.choice(["epoch", "calls", "tokens", "weight_version"])] = None
+    elif how == "negative":
+        for k in ("tokens", "generation_index", "weight_version", "size"):
+            if k in e:
+                e[k] = -e[k] - 1
+                break
+    elif how == "float":
+        for k in ("tokens", "generation_index", "prompt_id", "size"):
+            if k in e:
+                e[k] = float(e[k])
+                break
+    elif how == "huge":
+        for k in ("tokens", "prompt_id", "generation_index"):
+            if k in e:
+                e[k] = 10**rnd.choice([15, 16, 19, 20, 400])
+                break
+    elif how == "t":
+        e["t"] = rnd.choice([0, -0.0, 1e-320, 12345678901234567890, 1e22, 1.5e300, 2**53 + 1])
+    elif how == "empty":
+        e["group_id"] = ""
+    elif how == "accent":
+        e["group_id"] = str(e["group_id"]) + "é"
+    elif how == "string":
+        e["prompt_id"] = str(e.get("prompt_id"))
+    elif how == "calls":
+        e["calls"] = rnd.choice([[], [["c", 0, 1], [7, 1, 2]], [["c", -1, 1]], [["c", 0]], "x"])
+    elif how == "missing":
+        e.pop(rnd.choice(["t", "prompt_id", "group_id", "run_id"]))
+    elif how == "twice":
+        text = json.dumps(e, separators=(",", ":"))
+        return text[:-1].encode() + b',"group_id":"other"}'
+    elif how == "trailing":
+        return json.dumps(e, separators=(",", ":")).encode() + b" x"
+    return json.dumps(e, separators=(",", ":")).encode()
+
+
+HOW = ["plain", "plain", "plain", "shuffled", "spaced", "escaped", "extra", "null", "negative",
+       "float", "huge", "t", "empty", "accent", "string", "calls", "missing", "twice",
+       "trailing"]  # fmt: skip
+HOT = {"attempt.dispatch", "attempt.seal", "group.reserve", "group.admit"}
+
+
+def _write(path: Path, events: list[dict[str, Any]], seed: int, odd: float) -> Path:
+    rnd = random.Random(seed)
+    lines = []
+    for e in events:
+        if e["event"] == "group.reserve" and rnd.random() < 0.5:
+            lines.append(json.dumps(e).encode())
+            admit = {k: e[k] for k in ("t", "run_id", "group_id", "prompt_id")}
+            e = {**admit, "event": "group.admit"}
+        how = rnd.choice(HOW) if e["event"] in HOT and rnd.random() < odd else "plain"
+        lines.append(_written(e, how, rnd))
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
+FIXTURES = [HealthCheck.function_scoped_fixture]  # each example writes its own file
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=FIXTURES)
+@given(traces(), st.integers(0, 2**32), st.sampled_from([0.0, 0.1, 0.5]))
+def test_hostile_files_give_the_same_results_either_way(tmp_path, monkeypatch, events, seed, odd):
+    """Random multi-run traces, some of their lines written in hostile ways: cost (ledger,
+    boundaries), batch age, the shared state and every warning with its line number are
+    the same with the compiled path as without; where no line is odd, the ledger is the
+    naive model's."""
+    path = _write(tmp_path / f"h{seed}.jsonl", events, seed, odd)
+    make = lambda: [CostAnalysis(), StepAges(), Probe()]  # noqa: E731
+    on, off, warned_on, warned_off = both_paths(monkeypatch, path, make)
+    assert reports(on) == reports(off)
+    # The same warnings; their order may differ: a skipped line is told when its batch is
+    # decoded, a pass's own warning when its event is read, and the batches differ.
+    assert sorted(warned_on, key=str) == sorted(warned_off, key=str)
+    if odd == 0.0:
+        assert on[0].ledger == naive_ledger(events) == analyze(events).ledger
+
+
+def test_the_ledger_property_holds_through_a_file(tmp_path):
+    """The ledger property test's traces, read from a file by the compiled path, give the
+    naive model's ledger."""
+
+    @settings(max_examples=100, deadline=None)
+    @given(traces())
+    def check(events):
+        path = tmp_path / "p.jsonl"
+        path.write_text("".join(json.dumps(e) + "\n" for e in events))
+        assert analyze_file(path).ledger == naive_ledger(events)
+
+    check()
+
+
+def _dispatches(path: Path, times: list[str]) -> Path:
+    lines = ['{"t":1,"run_id":"r","event":"run.start","schema":1,"pid":1}']
+    for i, t in enumerate(times):
+        lines.append(
+            f'{{"t":{t},"run_id":"r","event":"attempt.dispatch","group_id":"g",'
+            f'"prompt_id":1,"attempt_id":"a{i}","generation_index":0,"weight_version":0}}'
+        )
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _decimal(digits: int, point: int, exponent: int | None, negative: bool) -> str:
+    text = str(digits)
+    if point:
+        text = text.rjust(point + 1, "0")
+        text = text[:-point] + "." + text[-point:]
+    if exponent is not None:
+        text += f"e{exponent:+d}"
+    return ("-" if negative else "") + text
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=FIXTURES)
+@given(
+    st.lists(
+        st.one_of(
+            st.floats(allow_nan=False, allow_infinity=False).map(repr),
+            st.floats(min_value=1e9, max_value=3e9).map(repr),
+            st.builds(
+                _decimal,
+                st.integers(0, 10**20),
+                st.integers(0, 22),
+                st.one_of(st.none(), st.integers(-30, 30)),
+                st.booleans(),
+            ),
+        ),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_every_time_is_read_as_the_nearest_double(tmp_path, monkeypatch, applied, times):
+    """A dispatch's t, written any way JSON allows, is the nearest double to its decimal
+    (what float() gives; an integer is read as one first, so "-0" is 0.0) with the
+    compiled path and without."""
+    path = _dispatches(tmp_path / "t.jsonl", times)
+    on, off, _, _ = both_paths(monkeypatch, path, lambda: [Probe()])
+    value = {t: float(int(t)) if t.lstrip("-").isdigit() else float(t) for t in times}
+    expected = {f"a{i}": value[t] for i, t in enumerate(times) if math.isfinite(value[t])}
+    for result in (on, off):
+        got = {a: record[2] for a, record in result[0]["attempts"].items()}
+        assert got == expected
+        assert all(repr(got[a]) == repr(expected[a]) for a in got)  # the sign of a zero too
+    if any(len(t) <= 24 and math.isfinite(float(t)) for t in times):
+        assert sum(n for _, n in applied) > 0
