@@ -7,6 +7,8 @@ import json
 import math
 import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -264,3 +266,19 @@ def test_every_time_is_read_as_the_nearest_double(tmp_path, monkeypatch, applied
         assert all(repr(got[a]) == repr(expected[a]) for a in got)  # the sign of a zero too
     if any(len(t) <= 24 and math.isfinite(float(t)) for t in times):
         assert sum(n for _, n in applied) > 0
+
+
+def test_its_variable_turns_it_off_with_the_same_output(tmp_path):
+    """OTEL_ROLLOUT_COMPILED_PASS=false reads every line in Python, and `cost --json` prints
+    the same report as with the compiled path."""
+    path = synthetic_trace(tmp_path / "t.jsonl", 8_000, runs=3)
+    outputs = {}
+    for value in ("true", "false"):
+        env = {**os.environ, "OTEL_ROLLOUT_COMPILED_PASS": value}
+        probe = "from otel_rollout.analysis import hot; print(hot.enabled)"
+        used = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                              text=True, check=True)  # fmt: skip
+        assert used.stdout.strip() == str(value == "true")
+        cost = [sys.executable, "-m", "otel_rollout", "cost", "--json", str(path)]
+        outputs[value] = subprocess.run(cost, env=env, capture_output=True, check=True).stdout
+    assert outputs["true"] == outputs["false"] and b'"ledger"' in outputs["true"]

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .. import config
 from .records import Group
 from .state import State
 
@@ -46,8 +47,9 @@ Consume = Callable[[bytes, int, int], tuple[int, int, int]]
 
 _ATTEMPTS = HOT_KINDS["attempt.dispatch"] | HOT_KINDS["attempt.seal"]
 
-#: Off: every line takes the Python path (the tests compare the two).
-enabled = _consume is not None
+#: Off (``OTEL_ROLLOUT_COMPILED_PASS=false``, or built without a compiler): every line takes
+#: the Python path (the tests compare the two).
+enabled = _consume is not None and config.COMPILED_PASS.resolve()
 
 
 def consumer(
