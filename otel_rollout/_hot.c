@@ -1,10 +1,11 @@
 /* The commonest lines of a trace applied to the one pass's shared state in C.
  *
  * consume(chunk, pos, end, run_id, attempts, groups, epochs, group_type, kinds,
- *         watch_dispatch, watch_seal) -> (pos, lines, cold_end, last_t, tokens)
+ *         watch_dispatch, watch_seal, trained, seals, waiting)
+ *     -> (pos, lines, cold_end, last_t, tokens)
  *
- * Most of a trace is attempt.dispatch, attempt.seal, group.reserve and group.admit lines
- * (92% of the bench trace).  Through the Python path each one is decoded into its struct
+ * Most of a trace is attempt.dispatch, attempt.seal, group.reserve, group.admit and
+ * group.seal lines (97% of the bench trace).  Through the Python path each one is decoded into its struct
  * by msgspec and handed to the handlers: ~2.8 us a line, most of a cost pass.  consume() reads the whole lines of
  * chunk[pos:end] from pos and applies each to the shared state exactly as its handlers
  * in analysis/state.py do (see analysis/hot.py for when a pass may), until it meets a
@@ -14,11 +15,14 @@
  *     (a key it does not know, a duplicate key, a null, an escape or a non-ASCII byte in
  *     a string, an integer past 15 digits, a float where an integer is due, ...);
  *   - another kind, or a kind not in kinds (1: attempt.dispatch, 2: attempt.seal,
- *     4: group.reserve, 8: group.admit);
+ *     4: group.reserve, 8: group.admit, 16: group.seal);
  *   - a line of another run than run_id (a new run, a forked child: the engine decides);
  *   - a dispatch whose rollout key is in a set of watch_dispatch, a seal whose attempt
  *     is not in flight, whose group is not in flight, or whose key is in a set of
- *     watch_seal, a reserve of a group in flight (an analysis must see it).
+ *     watch_seal, a reserve of a group in flight, a group seal of a group not in flight
+ *     or in `trained`, or naming more tokens than its attempts sealed while `waiting`
+ *     (finished work to carry) is not empty (an analysis, or the state's Python handler,
+ *     must see it).
  *
  * Such a line is left to the Python path with every line after it up to the next line
  * that names a hot kind: chunk[pos:cold_end] (at least one line, unless pos == end).
@@ -53,16 +57,20 @@
 #define KIND_SEAL 2
 #define KIND_RESERVE 4
 #define KIND_ADMIT 8
+#define KIND_GROUP_SEAL 16
+/* A group seal of at most this many versions is read here (a refit makes two). */
+#define MOST_VERSIONS 8
 
 enum {
     K_T, K_RUN_ID, K_EVENT, K_GROUP_ID, K_PROMPT_ID, K_ATTEMPT_ID,
-    K_GENERATION_INDEX, K_WEIGHT_VERSION, K_EPOCH, K_TOKENS, K_CALLS, K_SIZE, K_COUNT
+    K_GENERATION_INDEX, K_WEIGHT_VERSION, K_EPOCH, K_TOKENS, K_CALLS, K_SIZE,
+    K_TOKENS_BY_VERSION, K_COUNT
 };
 
 static const struct { const char *name; Py_ssize_t length; } KEYS[K_COUNT] = {
     {"t", 1}, {"run_id", 6}, {"event", 5}, {"group_id", 8}, {"prompt_id", 9},
     {"attempt_id", 10}, {"generation_index", 16}, {"weight_version", 14},
-    {"epoch", 5}, {"tokens", 6}, {"calls", 5}, {"size", 4},
+    {"epoch", 5}, {"tokens", 6}, {"calls", 5}, {"size", 4}, {"tokens_by_version", 17},
 };
 
 #define BIT(k) (1u << (k))
@@ -77,6 +85,8 @@ static const struct { const char *name; Py_ssize_t length; } KEYS[K_COUNT] = {
 #define RESERVE_MAY (RESERVE_NEEDS | BIT(K_EPOCH))
 #define ADMIT_NEEDS GROUP
 #define ADMIT_MAY GROUP
+#define GROUP_SEAL_NEEDS (GROUP | BIT(K_TOKENS))
+#define GROUP_SEAL_MAY (GROUP_SEAL_NEEDS | BIT(K_TOKENS_BY_VERSION))
 
 typedef struct {
     const char *p;
@@ -89,9 +99,11 @@ typedef struct {
     double t;
     Str group_id, attempt_id;
     long long prompt_id, generation_index, weight_version, epoch, tokens, size;
+    int versions; /* a group seal's tokens_by_version, in the order written */
+    long long version[MOST_VERSIONS], version_tokens[MOST_VERSIONS];
 } Line;
 
-static PyObject *ATTEMPTS_NAME, *RUN_ID_NAME, *ZERO;
+static PyObject *ATTEMPTS_NAME, *RUN_ID_NAME, *SEALED_TOKENS_NAME, *ZERO;
 
 static inline const char *skip_ws(const char *p, const char *stop)
 {
@@ -342,6 +354,49 @@ static const char *read_calls(const char *p, const char *stop)
     }
 }
 
+/* tokens_by_version: {"version": tokens, ...}, each version a decimal string with no sign
+ * or leading zero (what validate takes), told once, its tokens summing to the seal's. */
+static const char *read_versions(const char *p, const char *stop, Line *line)
+{
+    line->versions = 0;
+    if (p >= stop || *p != '{')
+        return NULL;
+    p = skip_ws(p + 1, stop);
+    if (p < stop && *p == '}')
+        return p + 1;
+    for (;;) {
+        Str key;
+        long long version = 0, tokens;
+        if (line->versions == MOST_VERSIONS || (p = read_string(p, stop, &key)) == NULL)
+            return NULL;
+        if (key.n == 0 || key.n > MOST_DIGITS || (key.p[0] == '0' && key.n > 1))
+            return NULL;
+        for (Py_ssize_t i = 0; i < key.n; i++) {
+            if (key.p[i] < '0' || key.p[i] > '9')
+                return NULL;
+            version = version * 10 + (key.p[i] - '0');
+        }
+        for (int i = 0; i < line->versions; i++)
+            if (line->version[i] == version)
+                return NULL;
+        if ((p = at(p, stop, ':')) == NULL)
+            return NULL;
+        p = read_int(skip_ws(p + 1, stop), stop, &tokens, 0, MOST_TOKEN_DIGITS);
+        if (p == NULL)
+            return NULL;
+        line->version[line->versions] = version;
+        line->version_tokens[line->versions++] = tokens;
+        p = skip_ws(p, stop);
+        if (p < stop && *p == ',') {
+            p = skip_ws(p + 1, stop);
+            continue;
+        }
+        if (p < stop && *p == '}')
+            return p + 1;
+        return NULL;
+    }
+}
+
 static int key_of(Str key)
 {
     int k;
@@ -355,6 +410,7 @@ static int key_of(Str key)
     case 10: k = K_ATTEMPT_ID; break;
     case 14: k = K_WEIGHT_VERSION; break;
     case 16: k = K_GENERATION_INDEX; break;
+    case 17: k = K_TOKENS_BY_VERSION; break;
     default: return -1;
     }
     return memcmp(KEYS[k].name, key.p, key.n) == 0 ? k : -1;
@@ -365,14 +421,15 @@ static int key_of(Str key)
  * where the line is long enough, else read as a string. */
 static const char *read_key(const char *p, const char *stop, int *k)
 {
-    if (stop - p > 18) { /* the longest, "generation_index", with its quotes */
+    if (stop - p > 19) { /* the longest, "tokens_by_version", with its quotes */
 #define KEY(text, id)                                                                   \
     if (memcmp(p, "\"" text "\"", sizeof(text) + 1) == 0) {                              \
         *k = id;                                                                        \
         return p + sizeof(text) + 1;                                                    \
     }
         switch (p[1]) {
-        case 't': KEY("t", K_T) KEY("tokens", K_TOKENS) break;
+        case 't': KEY("t", K_T) KEY("tokens", K_TOKENS)
+                  KEY("tokens_by_version", K_TOKENS_BY_VERSION) break;
         case 'r': KEY("run_id", K_RUN_ID) break;
         case 'e': KEY("event", K_EVENT) KEY("epoch", K_EPOCH) break;
         case 'g': KEY("group_id", K_GROUP_ID) KEY("generation_index", K_GENERATION_INDEX) break;
@@ -436,6 +493,8 @@ static int read_line(const char *p, const char *stop, int kinds, const char *run
                 line->kind = KIND_RESERVE;
             else if ((kinds & KIND_ADMIT) && (q = read_exactly(p, stop, "group.admit", 11)))
                 line->kind = KIND_ADMIT;
+            else if ((kinds & KIND_GROUP_SEAL) && (q = read_exactly(p, stop, "group.seal", 10)))
+                line->kind = KIND_GROUP_SEAL;
             p = q;
             break;
         }
@@ -451,6 +510,7 @@ static int read_line(const char *p, const char *stop, int kinds, const char *run
         case K_EPOCH: p = read_int(p, stop, &line->epoch, 0, MOST_DIGITS); break;
         case K_TOKENS: p = read_int(p, stop, &line->tokens, 0, MOST_TOKEN_DIGITS); break;
         case K_CALLS: p = read_calls(p, stop); break;
+        case K_TOKENS_BY_VERSION: p = read_versions(p, stop, line); break;
         case K_SIZE:
             p = read_int(p, stop, &line->size, 0, MOST_DIGITS);
             if (p != NULL && line->size < 1)
@@ -482,12 +542,24 @@ static int read_line(const char *p, const char *stop, int kinds, const char *run
     case KIND_SEAL: needs = SEAL_NEEDS, may = SEAL_MAY; break;
     case KIND_RESERVE: needs = RESERVE_NEEDS, may = RESERVE_MAY; break;
     case KIND_ADMIT: needs = ADMIT_NEEDS, may = ADMIT_MAY; break;
+    case KIND_GROUP_SEAL: needs = GROUP_SEAL_NEEDS, may = GROUP_SEAL_MAY; break;
     default: return 0;
     }
     if ((line->seen & needs) != needs || (line->seen & ~may))
         return 0;
     if ((needs & BIT(K_ATTEMPT_ID)) && line->attempt_id.n == 0)
         return 0;
+    if (line->kind == KIND_GROUP_SEAL) {
+        if (!(line->seen & BIT(K_TOKENS_BY_VERSION)))
+            line->versions = 0;
+        else { /* the schema's rule: tokens is the sum of tokens_by_version */
+            long long sum = 0;
+            for (int i = 0; i < line->versions; i++)
+                sum += line->version_tokens[i];
+            if (sum != line->tokens)
+                return 0;
+        }
+    }
     return line->kind;
 }
 
@@ -666,6 +738,91 @@ done:
     return result;
 }
 
+/* 1 if `tokens` is more than the group's sealed attempts hold (or that is not known here),
+ * 0 if not, -1 on error. */
+static int names_more(PyObject *group, long long tokens)
+{
+    PyObject *held = PyObject_GetAttr(group, ATTEMPTS_NAME);
+    if (held == NULL)
+        return -1;
+    int more = 1;
+    if (PyDict_CheckExact(held)) {
+        Py_ssize_t at = 0;
+        PyObject *key, *value;
+        long long sum = 0;
+        more = 0;
+        while (PyDict_Next(held, &at, &key, &value)) {
+            int overflow;
+            long long n = PyLong_Check(value) ? PyLong_AsLongLongAndOverflow(value, &overflow)
+                                              : (overflow = 1, 0);
+            if (overflow || n < 0 || n > (1LL << 50) || (sum += n) > (1LL << 60)) {
+                more = 1;
+                break;
+            }
+        }
+        if (!more)
+            more = tokens > sum;
+    }
+    Py_DECREF(held);
+    return more;
+}
+
+/* State._group_seal, for a group in flight that no step trained, whose seal names no more
+ * tokens than its attempts sealed or while no finished work of a stopped run waits to be
+ * carried (else Carries.seal looks for it): its sealed tokens, and its counts packed as
+ * age.seal_counts packs them (int64 pairs, native order).
+ * 1 applied, 0 left to the Python path, -1 on error. */
+static int group_seal(const Line *line, PyObject *groups, PyObject *trained, PyObject *seals,
+                      PyObject *waiting)
+{
+    PyObject *group_id = ascii(line->group_id), *tokens = NULL, *counts = NULL;
+    int result = -1;
+    if (group_id == NULL)
+        goto done;
+    PyObject *group = PyDict_GetItemWithError(groups, group_id);
+    if (group == NULL) {
+        result = PyErr_Occurred() ? -1 : 0;
+        goto done;
+    }
+    if (PyDict_GET_SIZE(waiting) != 0) {
+        /* Carries.seal looks for carried work only where the seal names more tokens than
+         * the group's own attempts sealed: take the seal here only where it does not. */
+        int more = names_more(group, line->tokens);
+        if (more != 0) {
+            result = more > 0 ? 0 : -1;
+            goto done;
+        }
+    }
+    int was_trained = PySet_Contains(trained, group_id);
+    if (was_trained != 0) { /* warned of, by the Python path */
+        result = was_trained > 0 ? 0 : -1;
+        goto done;
+    }
+    int known = PyDict_Contains(seals, group_id);
+    if (known < 0)
+        goto done;
+    if (!known) /* one string a group for every record (as State._seal_counts) */
+        PyUnicode_InternInPlace(&group_id);
+    tokens = PyLong_FromLongLong(line->tokens);
+    counts = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)line->versions * 16);
+    if (tokens == NULL || counts == NULL)
+        goto done;
+    int64_t *pairs = (int64_t *)PyBytes_AS_STRING(counts);
+    for (int i = 0; i < line->versions; i++) {
+        pairs[2 * i] = (int64_t)line->version[i];
+        pairs[2 * i + 1] = (int64_t)line->version_tokens[i];
+    }
+    if (PyObject_SetAttr(group, SEALED_TOKENS_NAME, tokens) < 0 ||
+        PyDict_SetItem(seals, group_id, counts) < 0)
+        goto done;
+    result = 1;
+done:
+    Py_XDECREF(group_id);
+    Py_XDECREF(tokens);
+    Py_XDECREF(counts);
+    return result;
+}
+
 /* Whether the line [p, stop) names a hot kind (as a string: what the cold lines end at). */
 static int names_hot(const char *p, const char *stop, int kinds)
 {
@@ -673,7 +830,8 @@ static int names_hot(const char *p, const char *stop, int kinds)
     return ((kinds & KIND_DISPATCH) && memmem(p, n, "\"attempt.dispatch\"", 18) != NULL) ||
            ((kinds & KIND_SEAL) && memmem(p, n, "\"attempt.seal\"", 14) != NULL) ||
            ((kinds & KIND_RESERVE) && memmem(p, n, "\"group.reserve\"", 15) != NULL) ||
-           ((kinds & KIND_ADMIT) && memmem(p, n, "\"group.admit\"", 13) != NULL);
+           ((kinds & KIND_ADMIT) && memmem(p, n, "\"group.admit\"", 13) != NULL) ||
+           ((kinds & KIND_GROUP_SEAL) && memmem(p, n, "\"group.seal\"", 12) != NULL);
 }
 
 static PyObject *consume(PyObject *self, PyObject *args)
@@ -681,11 +839,13 @@ static PyObject *consume(PyObject *self, PyObject *args)
     Py_buffer chunk;
     Py_ssize_t pos, end;
     PyObject *run_id, *attempts, *groups, *epochs, *group_type, *watch_dispatch, *watch_seal;
+    PyObject *trained, *seals, *waiting;
     int kinds;
-    if (!PyArg_ParseTuple(args, "y*nnUO!O!O!OiO!O!", &chunk, &pos, &end, &run_id,
+    if (!PyArg_ParseTuple(args, "y*nnUO!O!O!OiO!O!O!O!O!", &chunk, &pos, &end, &run_id,
                           &PyDict_Type, &attempts, &PyDict_Type, &groups, &PyDict_Type,
                           &epochs, &group_type, &kinds, &PyTuple_Type, &watch_dispatch,
-                          &PyTuple_Type, &watch_seal))
+                          &PyTuple_Type, &watch_seal, &PySet_Type, &trained, &PyDict_Type,
+                          &seals, &PyDict_Type, &waiting))
         return NULL;
     PyObject *result = NULL;
     if (pos < 0 || end > chunk.len || pos > end) {
@@ -716,6 +876,7 @@ static PyObject *consume(PyObject *self, PyObject *args)
             break;
         case KIND_SEAL: applied = seal(&line, run_id, attempts, groups, watch_seal); break;
         case KIND_RESERVE: applied = reserve(&line, run_id, groups, epochs, group_type); break;
+        case KIND_GROUP_SEAL: applied = group_seal(&line, groups, trained, seals, waiting); break;
         default: applied = 1; /* group.admit: the pass reads nothing of it */
         }
         if (applied < 0)
@@ -752,8 +913,8 @@ done:
 static PyMethodDef methods[] = {
     {"consume", consume, METH_VARARGS,
      "consume(chunk, pos, end, run_id, attempts, groups, epochs, group_type, kinds, "
-     "watch_dispatch, watch_seal) -> (pos, lines, cold_end, last_t, tokens): see "
-     "analysis/hot.py."},
+     "watch_dispatch, watch_seal, trained, seals, waiting) -> (pos, lines, cold_end, "
+     "last_t, tokens): see analysis/hot.py."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -767,8 +928,9 @@ PyMODINIT_FUNC PyInit__hot(void)
 {
     ATTEMPTS_NAME = PyUnicode_InternFromString("attempts");
     RUN_ID_NAME = PyUnicode_InternFromString("run_id");
+    SEALED_TOKENS_NAME = PyUnicode_InternFromString("sealed_tokens");
     ZERO = PyLong_FromLong(0);
-    if (ATTEMPTS_NAME == NULL || RUN_ID_NAME == NULL || ZERO == NULL)
+    if (ATTEMPTS_NAME == NULL || RUN_ID_NAME == NULL || SEALED_TOKENS_NAME == NULL || ZERO == NULL)
         return NULL;
     return PyModule_Create(&module);
 }

@@ -282,3 +282,39 @@ def test_its_variable_turns_it_off_with_the_same_output(tmp_path):
         cost = [sys.executable, "-m", "otel_rollout", "cost", "--json", str(path)]
         outputs[value] = subprocess.run(cost, env=env, capture_output=True, check=True).stdout
     assert outputs["true"] == outputs["false"] and b'"ledger"' in outputs["true"]
+
+
+def test_group_seals_the_python_path_must_see_keep_their_warnings(tmp_path, monkeypatch, applied):
+    """A seal of a group a step already trained, one whose counts do not add up, one with
+    a version key "-0" and one with carried work to find are left to the Python path: the
+    same warnings, ledger and counts as without the compiled path, which read the rest."""
+    lines = ['{"t":1,"run_id":"r","event":"run.start","schema":1,"pid":1}']
+    t = 1.0
+
+    def add(kind: str, **fields: Any) -> None:
+        nonlocal t
+        t += 0.5
+        lines.append(json.dumps({"t": t, "run_id": "r", "event": kind, **fields}))
+
+    for g in range(4):
+        add("group.reserve", group_id=f"g{g}", prompt_id=g, size=1, weight_version=0)
+        ids = {"group_id": f"g{g}", "prompt_id": g, "attempt_id": f"a{g}", "generation_index": 0}
+        add("attempt.dispatch", **ids, weight_version=0)
+        add("attempt.seal", **ids, tokens=10)
+    add("group.seal", group_id="g0", prompt_id=0, tokens=10, tokens_by_version={"0": 10})
+    add("train.step", step=0, trained_version=1, group_ids=["g0"])
+    add("group.seal", group_id="g0", prompt_id=0, tokens=10, tokens_by_version={"0": 10})
+    add("group.seal", group_id="g1", prompt_id=1, tokens=10, tokens_by_version={"0": 4, "1": 5})
+    lines.append(lines[-1].replace('"0": 4', '"-0": 4').replace('"1": 5', '"1": 6'))
+    add("group.seal", group_id="g2", prompt_id=2, tokens=10, tokens_by_version={"1": 7, "0": 3})
+    add("train.step", step=1, trained_version=2, group_ids=["g2", "g3"])
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    on, off, warned_on, warned_off = both_paths(monkeypatch, path, lambda: [CostAnalysis(),
+                                                                            StepAges(), Probe()])
+    assert reports(on) == reports(off)
+    assert sorted(warned_on, key=str) == sorted(warned_off, key=str)
+    said = " ".join(what for _, what in warned_on)
+    assert "sealed after a train.step" in said and "not the sum" in said and "g3" in said
+    assert on[1][1].tokens_by_age == {1: 7, 2: 3}  # g2's counts, as written
+    assert sum(n for _, n in applied) > 0

@@ -57,6 +57,12 @@ class Carries:
         self._orphans: dict[tuple[int, int], dict[str, None]] = {}
         self.moved: list[Carried] = []
 
+    @property
+    def waiting(self) -> dict[tuple[int, int], dict[str, None]]:
+        """The groups that may hold finished work a later group takes, by (epoch, prompt_id)
+        (empty: a seal has nothing to look for); the one dict, changed in place."""
+        return self._orphans
+
     def settled(self, group_id: str, group: Group) -> None:
         """A group with sealed attempts was trained or discarded."""
         if not group.attempts:

@@ -40,8 +40,8 @@ class Analysis:
       before the event.
     * :meth:`stop`: a run ended and the next run in the file began.
     * :meth:`result`: what the analysis found, once the last event is read.
-    * :meth:`hot_keys` (optional, for speed): which attempts and reservations it must
-      see, so that the pass may apply the others to the state in compiled code.
+    * :meth:`hot_keys` (optional, for speed): which attempts and groups it must see, so
+      that the pass may apply the others to the state in compiled code.
 
     :attr:`state` (:class:`~otel_rollout.analysis.state.State`) is shared by
     every analysis of the pass and set before the first event.
@@ -56,13 +56,15 @@ class Analysis:
     def hot_keys(self) -> Mapping[str, Collection[Key]] | None:
         """Lets the pass apply the commonest events to the shared state in compiled code
         without calling this analysis's handlers (:mod:`.hot`).  For each kind of
-        ``attempt.dispatch``, ``attempt.seal``, ``group.reserve`` and ``group.admit`` it
-        handles: the rollout keys whose attempts it must still see, as a set it changes
-        in place (for the group kinds, any empty collection).  The events it must be
-        fine to miss: a dispatch of the run being read; a seal of an attempt and a group
-        both in flight (the state counts their tokens: :attr:`State.sealed_tokens`); a
-        reservation of a group not in flight; an admission.  None (the default): it sees
-        every event of the kinds it handles, and the pass reads every line in Python."""
+        ``attempt.dispatch``, ``attempt.seal``, ``group.reserve``, ``group.admit`` and
+        ``group.seal`` it handles: the rollout keys whose attempts it must still see, as
+        a set it changes in place (for the group kinds, any empty collection).  The
+        events it must be fine to miss: a dispatch of the run being read; a seal of an
+        attempt and a group both in flight (the state counts their tokens:
+        :attr:`State.sealed_tokens`); a reservation of a group not in flight; an
+        admission; a group seal of a group in flight that no step trained.  None (the
+        default): it sees every event of the kinds it handles, and the pass reads every
+        line in Python."""
         return None
 
     def stop(self, stop: Stop) -> None:

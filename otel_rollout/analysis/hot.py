@@ -1,14 +1,14 @@
 """The commonest lines applied to the shared state in compiled code, where a pass allows.
 
-Most of a trace is ``attempt.dispatch``, ``attempt.seal``, ``group.reserve`` and
-``group.admit`` lines (92% of the bench trace), and most of those change nothing but
-the shared state (:mod:`.state`): an attempt goes in flight, its tokens go to its
-group, a group goes in flight.  The Python path decodes each into its struct and calls
-every handler of its kind: ~2.8 µs a line, most of a ``cost`` pass.
-``otel_rollout/_hot.c`` reads such lines straight from the file's bytes, applies them
-to the state's dicts as the state's own handlers would, and hands every other line back
-to the Python path, in file order (its header lists what it hands back).  On the bench
-trace ``cost`` takes about half the time it did.
+Most of a trace is ``attempt.dispatch``, ``attempt.seal``, ``group.reserve``,
+``group.admit`` and ``group.seal`` lines (97% of the bench trace), and most of those
+change nothing but the shared state (:mod:`.state`): an attempt goes in flight, its
+tokens go to its group, a group goes in flight or is sealed.  The Python path decodes
+each into its struct and calls every handler of its kind: ~2.8 µs a line, most of a
+``cost`` pass.  ``otel_rollout/_hot.c`` reads such lines straight from the file's
+bytes, applies them to the state's dicts as the state's own handlers would, and hands
+every other line back to the Python path, in file order (its header lists what it hands
+back).  On the bench trace ``cost`` takes about half the time it did.
 
 A pass may use it only if every analysis that handles a hot kind says which of those
 events it must still see (:meth:`~otel_rollout.analysis.Analysis.hot_keys`) and the
@@ -38,7 +38,13 @@ except ImportError:  # built without a C compiler: every line takes the Python p
 __all__ = ["HOT_KINDS", "Consume", "consumer", "enabled"]
 
 #: The kinds the compiled path reads, with the flag ``_hot.consume`` knows each by.
-HOT_KINDS = {"attempt.dispatch": 1, "attempt.seal": 2, "group.reserve": 4, "group.admit": 8}
+HOT_KINDS = {
+    "attempt.dispatch": 1,
+    "attempt.seal": 2,
+    "group.reserve": 4,
+    "group.admit": 8,
+    "group.seal": 16,
+}
 
 #: ``(chunk, pos, end) → (pos, lines, cold_end)``: applies the hot lines of ``chunk`` from
 #: ``pos`` and returns where they end, how many they were, and where the cold lines after
@@ -83,6 +89,7 @@ def consumer(
         return None
     consume = _consume
     attempts, groups, epochs = state.attempts, state.groups, state.epochs
+    trained, seals, waiting = state.trained, state.seals, state.carries.waiting
     watch_dispatch, watch_seal = tuple(watch["attempt.dispatch"]), tuple(watch["attempt.seal"])
 
     def apply(chunk: bytes, pos: int, end: int) -> tuple[int, int, int]:
@@ -91,7 +98,7 @@ def consumer(
             return pos, 0, chunk.find(b"\n", pos, end) + 1 or end
         pos, lines, cold_end, last_t, tokens = consume(
             chunk, pos, end, run.run_id, attempts, groups, epochs, Group, flags,
-            watch_dispatch, watch_seal,
+            watch_dispatch, watch_seal, trained, seals, waiting,
         )  # fmt: skip
         if lines:
             counted(lines)
