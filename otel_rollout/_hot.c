@@ -25,7 +25,7 @@
  *     must see it).
  *
  * Such a line is left to the Python path with every line after it up to the next line
- * that names a hot kind: chunk[pos:cold_end] (at least one line, unless pos == end).
+ * that reads as a hot line: chunk[pos:cold_end] (at least one line, unless pos == end).
  * The caller decodes those (reporting any problem with its line number), hands them to
  * the engine, and calls consume() again from cold_end.  So the state sees every event in
  * file order, and a line the C side takes is one the Python path would have taken the
@@ -652,7 +652,7 @@ static int seal(const Line *line, PyObject *run_id, PyObject *attempts, PyObject
                 PyObject *watch)
 {
     PyObject *id = ascii(line->attempt_id), *group_id = NULL, *key = NULL, *held = NULL;
-    PyObject *tokens = NULL, *sum = NULL;
+    PyObject *tokens = NULL, *sum = NULL, *group = NULL;
     int result = -1;
     if (id == NULL)
         goto done;
@@ -669,12 +669,12 @@ static int seal(const Line *line, PyObject *run_id, PyObject *attempts, PyObject
     group_id = ascii(line->group_id);
     if (group_id == NULL)
         goto done;
-    PyObject *group = PyDict_GetItemWithError(groups, group_id);
+    group = Py_XNewRef(PyDict_GetItemWithError(groups, group_id));
     if (group == NULL) {
         result = PyErr_Occurred() ? -1 : 0;
         goto done;
     }
-    int seen = watched(watch, key);
+    int seen = watched(watch, key); /* an analysis's collection: may run any code */
     if (seen != 0) {
         result = seen > 0 ? 0 : -1;
         goto done;
@@ -702,6 +702,7 @@ done:
     Py_XDECREF(held);
     Py_XDECREF(tokens);
     Py_XDECREF(sum);
+    Py_XDECREF(group);
     return result;
 }
 
@@ -775,11 +776,11 @@ static int names_more(PyObject *group, long long tokens)
 static int group_seal(const Line *line, PyObject *groups, PyObject *trained, PyObject *seals,
                       PyObject *waiting)
 {
-    PyObject *group_id = ascii(line->group_id), *tokens = NULL, *counts = NULL;
+    PyObject *group_id = ascii(line->group_id), *tokens = NULL, *counts = NULL, *group = NULL;
     int result = -1;
     if (group_id == NULL)
         goto done;
-    PyObject *group = PyDict_GetItemWithError(groups, group_id);
+    group = Py_XNewRef(PyDict_GetItemWithError(groups, group_id));
     if (group == NULL) {
         result = PyErr_Occurred() ? -1 : 0;
         goto done;
@@ -820,18 +821,8 @@ done:
     Py_XDECREF(group_id);
     Py_XDECREF(tokens);
     Py_XDECREF(counts);
+    Py_XDECREF(group);
     return result;
-}
-
-/* Whether the line [p, stop) names a hot kind (as a string: what the cold lines end at). */
-static int names_hot(const char *p, const char *stop, int kinds)
-{
-    Py_ssize_t n = stop - p;
-    return ((kinds & KIND_DISPATCH) && memmem(p, n, "\"attempt.dispatch\"", 18) != NULL) ||
-           ((kinds & KIND_SEAL) && memmem(p, n, "\"attempt.seal\"", 14) != NULL) ||
-           ((kinds & KIND_RESERVE) && memmem(p, n, "\"group.reserve\"", 15) != NULL) ||
-           ((kinds & KIND_ADMIT) && memmem(p, n, "\"group.admit\"", 13) != NULL) ||
-           ((kinds & KIND_GROUP_SEAL) && memmem(p, n, "\"group.seal\"", 12) != NULL);
 }
 
 static PyObject *consume(PyObject *self, PyObject *args)
@@ -890,7 +881,9 @@ static PyObject *consume(PyObject *self, PyObject *args)
         lines++;
         p = newline != NULL ? newline + 1 : stop;
     }
-    /* The cold lines: this one, and those after it up to the next that names a hot kind. */
+    /* The cold lines: this one, and those after it up to the next that reads as a hot
+     * line (another kind stops the read at its "event", another run at its "run_id"; a
+     * file whose every line carries an extra field is then one cold run, not one a line). */
     const char *cold = p;
     if (cold < stop) {
         const char *newline = memchr(cold, '\n', stop - cold);
@@ -898,7 +891,7 @@ static PyObject *consume(PyObject *self, PyObject *args)
         while (cold < stop) {
             newline = memchr(cold, '\n', stop - cold);
             const char *line_end = newline != NULL ? newline : stop;
-            if (names_hot(cold, line_end, kinds))
+            if (read_line(cold, line_end, kinds, run, run_length, &line) != 0)
                 break;
             cold = newline != NULL ? newline + 1 : stop;
         }

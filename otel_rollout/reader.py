@@ -340,7 +340,16 @@ class EventReader:
         """The events block by block, each with where its events are: the line number
         of the first (the block is consecutive lines) or one line number per event."""
         for batch in self._blocks(numbered=True, whole_numbered=True):
-            yield self._numbered(batch)
+            if batch.__class__ is tuple:
+                self.counted(len(batch[0]))
+                yield batch
+            else:
+                # A block read line by line (it has a line to skip): each event its own
+                # batch, so that a skipped line is told in file order with what the pass
+                # says of the events around it, however the lines were cut into blocks.
+                for n, event in batch:
+                    self.counted(1)
+                    yield [event], n
 
     def numbered_block(
         self, data: bytes, before: int, final: bool = False

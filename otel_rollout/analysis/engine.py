@@ -58,7 +58,8 @@ class Analysis:
         without calling this analysis's handlers (:mod:`.hot`).  For each kind of
         ``attempt.dispatch``, ``attempt.seal``, ``group.reserve``, ``group.admit`` and
         ``group.seal`` it handles: the rollout keys whose attempts it must still see, as
-        a set it changes in place (for the group kinds, any empty collection).  The
+        a set it changes in place (for the group kinds, any collection; it is not
+        read).  The
         events it must be fine to miss: a dispatch of the run being read; a seal of an
         attempt and a group both in flight (the state counts their tokens:
         :attr:`State.sealed_tokens`); a reservation of a group not in flight; an
@@ -201,7 +202,11 @@ def run_file(
             progress=progress,
         )
     if reader.typed and reader.hot is None:
-        reader.hot = hot.consumer(engine.state, engine.analyses, reader.kinds, reader.counted)
+        # The kinds the pass follows (the state applies only those) and the reader keeps.
+        kinds = engine.kinds
+        if reader.kinds is not None:
+            kinds = reader.kinds if kinds is None else kinds & reader.kinds
+        reader.hot = hot.consumer(engine.state, engine.analyses, kinds, reader.counted)
     if told is None:
         # The reader's own warnings, for its skipped lines and the pass's problems alike:
         # one count, and none of them for a file that proves no trace at all.
