@@ -8,7 +8,7 @@ each into its struct and calls every handler of its kind: ~2.8 µs a line, most 
 ``cost`` pass.  ``otel_rollout/_hot.c`` reads such lines straight from the file's
 bytes, applies them to the state's dicts as the state's own handlers would, and hands
 every other line back to the Python path, in file order (its header lists what it hands
-back).  On the bench trace ``cost`` takes about half the time it did.
+back).  On the bench trace ``cost`` takes less than half the time it did.
 
 A pass may use it only if every analysis that handles a hot kind says which of those
 events it must still see (:meth:`~otel_rollout.analysis.Analysis.hot_keys`) and the
