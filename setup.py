@@ -12,6 +12,11 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension("otel_rollout._scan", sources=["otel_rollout/_scan.c"], optional=True),
-        Extension("otel_rollout._hot", sources=["otel_rollout/_hot.c"], optional=True),
+        Extension(
+            "otel_rollout._hot",
+            sources=["otel_rollout/_hot.c"],
+            depends=["otel_rollout/_hot_line.h", "otel_rollout/_hot_number.h"],
+            optional=True,
+        ),
     ]
 )

@@ -20,15 +20,12 @@ checks on hostile files.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, Protocol
 
 from .. import config
-from .records import Group
+from .records import Group, Key
 from .state import State
-
-if TYPE_CHECKING:
-    from .engine import Analysis
 
 try:
     from .._hot import consume as _consume
@@ -58,9 +55,17 @@ _ATTEMPTS = HOT_KINDS["attempt.dispatch"] | HOT_KINDS["attempt.seal"]
 enabled = _consume is not None and config.COMPILED_PASS.resolve()
 
 
+class Handles(Protocol):
+    """What the compiled path asks of an analysis (:class:`~.engine.Analysis` has both)."""
+
+    def handlers(self) -> Mapping[str, Callable[[Any], None]]: ...
+
+    def hot_keys(self) -> Mapping[str, Collection[Key]] | None: ...
+
+
 def consumer(
     state: State,
-    analyses: Sequence[Analysis],
+    analyses: Sequence[Handles],
     kinds: Collection[str] | None,
     counted: Callable[[int], None],
 ) -> Consume | None:
