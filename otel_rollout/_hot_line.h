@@ -289,6 +289,7 @@ static int read_line(const char *p, const char *stop, int kinds, const char *run
 {
     line->seen = 0;
     line->kind = 0;
+    line->group_id.n = line->attempt_id.n = 0;
     if ((p = at(p, stop, '{')) == NULL)
         return 0;
     p++;

@@ -463,8 +463,7 @@ class EventReader:
         others decoded here, each run of them a batch, in file order; the line count after
         it."""
         hot = self.hot
-        assert hot is not None
-        kinds, every_line = self.kinds, plan[0] is None
+        assert hot is not None and self.kinds is None  # see analysis.engine.run_file
         pos = start
         while pos < end:
             done, lines, cold = hot(chunk, pos, end)
@@ -474,15 +473,16 @@ class EventReader:
                 # the block path's joins and checks cost more for it (cost: 9,359 → 8,176
                 # instructions a line; runs of a few lines decoded one by one gained nothing
                 # more).  A line that does not decode takes the block path.
-                if every_line and lineno and chunk.find(b"\n", done, cold) == cold - 1:
+                if lineno and chunk.find(b"\n", done, cold) == cold - 1:
                     try:
                         event = events.decode(chunk[done : cold - 1])
                     except _TYPED_ERRORS:
                         event = None
                     if event is not None:
+                        if self.first_line_is_event is None:  # line 1 was blank: as a block
+                            self.first_line_is_event = True
                         lineno += 1
-                        if kinds is None or event.event in kinds:
-                            yield [event], lineno
+                        yield [event], lineno
                         pos = cold
                         continue
                 batch, newlines = self._block(chunk, done, cold, False, lineno, True, True, *plan)
@@ -518,7 +518,9 @@ class EventReader:
             # when one is asked for (counting newlines up to each cost ~30%).
             pairs = self._found_at_once(found) if self._typed_lines and lineno else None
             if pairs is None:
-                pairs = list(self._lines(chunk, start, end, final, lineno, found, True, True))
+                # Line by line, lazily (numbered_batches hands each event on as it comes), so
+                # that a skipped line is told in file order with the pass's own warnings.
+                return self._lines(chunk, start, end, final, lineno, found, True), newlines
             where = locator(chunk, start, lineno)
             lazy = LazyLines([offset for offset, _ in pairs], where)
             return ([e for _, e in pairs], lazy), newlines

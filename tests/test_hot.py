@@ -140,6 +140,12 @@ def _written(event: dict[str, Any], how: str, rnd: random.Random) -> bytes:
                 break
     elif how == "t":
         e["t"] = rnd.choice([0, -0.0, 1e-320, 12345678901234567890, 1e22, 1.5e300, 2**53 + 1])
+    elif how == "versions" and "tokens" in e:
+        n = e["tokens"]
+        e["tokens_by_version"] = rnd.choice(
+            [{}, {"-0": n}, {"00": n}, {"+1": n}, {" 1": n}, {"1": n + 1}, {"0": n, "1": 0},
+             {str(v): 0 for v in range(9)} | {"9": n}, {"1": 2**63, "2": 2**63 + n}, None]
+        )  # fmt: skip
     elif how == "empty":
         e["group_id"] = ""
     elif how == "accent":
@@ -160,8 +166,8 @@ def _written(event: dict[str, Any], how: str, rnd: random.Random) -> bytes:
 
 HOW = ["plain", "plain", "plain", "shuffled", "spaced", "escaped", "extra", "null", "negative",
        "float", "huge", "t", "empty", "accent", "string", "calls", "missing", "twice",
-       "trailing"]  # fmt: skip
-HOT = {"attempt.dispatch", "attempt.seal", "group.reserve", "group.admit"}
+       "trailing", "versions"]  # fmt: skip
+HOT = {"attempt.dispatch", "attempt.seal", "group.reserve", "group.admit", "group.seal"}
 
 
 def _write(path: Path, events: list[dict[str, Any]], seed: int, odd: float) -> Path:
@@ -172,6 +178,9 @@ def _write(path: Path, events: list[dict[str, Any]], seed: int, odd: float) -> P
             lines.append(json.dumps(e).encode())
             admit = {k: e[k] for k in ("t", "run_id", "group_id", "prompt_id")}
             e = {**admit, "event": "group.admit"}
+        if e["event"] == "group.seal" and e["tokens"] and rnd.random() < 0.5:
+            first = rnd.randint(0, e["tokens"])  # counts of two versions, as a refit makes
+            e = {**e, "tokens_by_version": {"0": first, "1": e["tokens"] - first}}
         how = rnd.choice(HOW) if e["event"] in HOT and rnd.random() < odd else "plain"
         lines.append(_written(e, how, rnd))
     path.write_bytes(b"\n".join(lines) + b"\n")
@@ -387,3 +396,35 @@ def test_lines_it_refuses_stay_together_in_one_batch(tmp_path, applied):
     assert report.tokens_generated == generated
     blocks = odd.stat().st_size // (1 << 17) + 1
     assert sum(n for _, n in applied) == 0 and len(applied) <= 2 * blocks + 2
+
+
+def test_a_reader_of_a_few_kinds_tells_skips_in_file_order(tmp_path):
+    """`batch-age` finds its lines by name; a skipped line among them is told after the
+    pass's warning about an earlier line, as it stands in the file."""
+    lines = [
+        '{"t":1,"run_id":"r","event":"run.start","schema":1,"pid":1}',
+        '{"t":2,"run_id":"r","event":"train.step","step":0,"trained_version":1,"group_ids":["x"]}',
+        '{"t":3,"run_id":"r","event":"group.seal","group_id":"g","prompt_id":1,"tokens":-1}',
+    ]
+    path = tmp_path / "b.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    warned: list[Any] = []
+    run_file(path, [StepAges()], on_warning=lambda n, what: warned.append(n))
+    assert warned == [2, 3]
+
+
+def test_a_blank_first_line_then_events_is_a_trace_either_way(tmp_path, monkeypatch):
+    """A file whose line 1 is blank and line 2 its first event proves a trace with the
+    compiled path as without it."""
+    body = synthetic_trace(tmp_path / "t.jsonl", 3_000, runs=1).read_bytes()
+    path = tmp_path / "blank.jsonl"
+    path.write_bytes(b"\n" + body + b"not json\n")
+    from otel_rollout.reader import EventReader
+
+    seen = []
+    for on in (True, False):
+        monkeypatch.setattr(hot, "enabled", on)
+        reader = EventReader(path, typed=True, on_skip=lambda n, why: None)
+        run_file(reader, [CostAnalysis()])
+        seen.append((reader.first_line_is_event, reader.events, reader.lines, reader.skipped))
+    assert seen[0] == seen[1] and seen[0][0] is True

@@ -88,7 +88,12 @@ def test_a_busy_controller_is_written_for_less_often_and_loses_nothing(tmp_path)
 
 def test_flush_and_close_end_a_hold_at_once(tmp_path):
     """A 60 s hold under a busy controller does not make flush() or close() wait it out."""
-    result = _busy(tmp_path, "60", seconds=0.5)
+    # The hold starts only once the controller is seen to use half a core or more: on a
+    # machine busy with other work it may not, so up to three tries for one that held.
+    for _ in range(3):
+        result = _busy(tmp_path, "60", seconds=0.5)
+        if result["writes"] < 10:
+            break
     assert result["writes"] < 10, result  # the writer was holding when flush() came
     assert result["flushed"] is True
     assert result["flush_s"] < 20 and result["close_s"] < 20, result

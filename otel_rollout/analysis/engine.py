@@ -201,12 +201,10 @@ def run_file(
             on_skip=(lambda line, why: told(line, f"{why}; skipped")) if told else None,
             progress=progress,
         )
-    if reader.typed and reader.hot is None:
-        # The kinds the pass follows (the state applies only those) and the reader keeps.
-        kinds = engine.kinds
-        if reader.kinds is not None:
-            kinds = reader.kinds if kinds is None else kinds & reader.kinds
-        reader.hot = hot.consumer(engine.state, engine.analyses, kinds, reader.counted)
+    if reader.typed and reader.kinds is None and reader.hot is None:
+        # Only for a reader of every kind (a reader of a few finds its lines by name, fast
+        # already); of those, the kinds the pass follows: the state applies only those.
+        reader.hot = hot.consumer(engine.state, engine.analyses, engine.kinds, reader.counted)
     if told is None:
         # The reader's own warnings, for its skipped lines and the pass's problems alike:
         # one count, and none of them for a file that proves no trace at all.

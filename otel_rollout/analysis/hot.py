@@ -10,12 +10,13 @@ bytes, applies them to the state's dicts as the state's own handlers would, and 
 every other line back to the Python path, in file order (its header lists what it hands
 back).  On the bench trace ``cost`` takes less than half the time it did.
 
-A pass may use it only if every analysis that handles a hot kind says which of those
-events it must still see (:meth:`~otel_rollout.analysis.Analysis.hot_keys`) and the
-attempts are among the kinds it may take; an analysis that says nothing sees every
-event, and the pass takes the Python path.  The C part is optional (a package built
-without a compiler has none); results are the same either way, which a hypothesis test
-checks on hostile files.
+A pass may use it only if the attempts are among the kinds it may take: for a kind an
+analysis handles, only if that analysis says which of those events it must still see
+(:meth:`~otel_rollout.analysis.Analysis.hot_keys`).  An analysis that says nothing sees
+every event of the kinds it handles, in Python (every line, if it handles attempts).
+Only a reader of every kind takes it (one of a few kinds finds its lines by name).  The
+C part is optional (a package built without a compiler has none); results are the same
+either way, which a hypothesis test checks on hostile files.
 """
 
 from __future__ import annotations
