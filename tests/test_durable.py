@@ -62,7 +62,9 @@ def traced(
     out = tmp_path / "strace.txt"
     log = tmp_path / "rollout_trace.jsonl"
     code = "import os; print(os.getpid(), flush=True)\n" + textwrap.dedent(code)
-    strace = ["strace", "-f", "-tt", "-s", "160", "-o", str(out)]
+    # Each write's whole text (-s): a batch of several lines, on a loaded machine, put its
+    # checkpoint line past the 160 bytes shown before, and its sync looked uncalled for.
+    strace = ["strace", "-f", "-tt", "-s", "1000000", "-o", str(out)]
     if sync_delay:
         strace += ["-e", f"inject=fdatasync:delay_enter={int(sync_delay * 1e6)}"]
     if sync_error:
