@@ -70,7 +70,9 @@ OnSkip = Callable[[int, str], None]
 
 
 #: ``(chunk, pos, end) → (pos, lines, cold_end)``: a pass's compiled path
-#: (:data:`otel_rollout.analysis.hot.Consume`).
+#: (:func:`otel_rollout.analysis.hot.consumer`) applies the hot lines of ``chunk`` from
+#: ``pos`` and says where they end, how many they were, and where the cold lines after
+#: them end (see ``_hot.c``).
 HotPath = Callable[[bytes, int, int], tuple[int, int, int]]
 
 

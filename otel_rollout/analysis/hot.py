@@ -25,6 +25,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol
 
 from .. import config
+from ..reader import HotPath
 from .records import Group, Key
 from .state import State
 
@@ -33,7 +34,7 @@ try:
 except ImportError:  # built without a C compiler: every line takes the Python path
     _consume = None
 
-__all__ = ["HOT_KINDS", "Consume", "consumer", "enabled"]
+__all__ = ["HOT_KINDS", "consumer", "enabled"]
 
 #: The kinds the compiled path reads, with the flag ``_hot.consume`` knows each by.
 HOT_KINDS = {
@@ -44,10 +45,6 @@ HOT_KINDS = {
     "group.seal": 16,
 }
 
-#: ``(chunk, pos, end) → (pos, lines, cold_end)``: applies the hot lines of ``chunk`` from
-#: ``pos`` and returns where they end, how many they were, and where the cold lines after
-#: them end (see ``_hot.c``); the reader's :data:`~otel_rollout.reader.HotPath`.
-Consume = Callable[[bytes, int, int], tuple[int, int, int]]
 
 _ATTEMPTS = HOT_KINDS["attempt.dispatch"] | HOT_KINDS["attempt.seal"]
 
@@ -69,7 +66,7 @@ def consumer(
     analyses: Sequence[Handles],
     kinds: Collection[str] | None,
     counted: Callable[[int], None],
-) -> Consume | None:
+) -> HotPath | None:
     """The compiled path for a pass over ``kinds`` (None: every kind) with ``analyses``,
     or None where it may not be used; ``counted(n)`` is told of each ``n`` lines it
     applies (they are events the reader did not decode)."""
