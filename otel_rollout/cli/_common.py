@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
 import math
 import os
@@ -124,8 +125,13 @@ def without_cyclic_gc() -> None:
     600k-line bench trace took 1.37 s against 2.33 s with it on (same run); reference
     counting still frees every event.  Only commands do this: the library
     leaves the caller's process alone.
+
+    At exit everything is frozen too (out of the collector's sight): the interpreter's
+    last collection otherwise scans the whole state once more, 0.12 s of ``staleness``
+    on that trace.
     """
     gc.disable()
+    atexit.register(gc.freeze)
 
 
 def at_least(minimum: int, most: int = 10**9) -> Callable[[str], int]:
