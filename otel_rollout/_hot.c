@@ -1,7 +1,8 @@
 /* The commonest lines of a trace applied to the one pass's shared state in C.
  *
  * consume(chunk, pos, end, run_id, attempts, groups, epochs, group_type, kinds,
- *         watch_dispatch, watch_seal, trained, seals, waiting)
+ *         watch_dispatch, watch_seal, trained, seals, waiting, histories, history_type,
+ *         flight_counts)
  *     -> (pos, lines, cold_end, last_t, tokens)
  *
  * Most of a trace is attempt.dispatch, attempt.seal, group.reserve, group.admit and
@@ -22,10 +23,17 @@
  *     watch_seal, a reserve of a group in flight, a group seal of a group not in flight
  *     or in `trained`, or naming more tokens than its attempts sealed while `waiting`
  *     (finished work to carry) is not empty (an analysis, or the state's Python handler,
- *     must see it).
+ *     must see it); with histories kept, a seal of a group whose sealed attempts are
+ *     held in a list (a count past 64 bits) or of an attempt whose start is no float.
  *
- * Such a line is left to the Python path with every line after it up to the next line
- * that reads as a hot line: chunk[pos:cold_end] (at least one line, unless pos == end).
+ * Where the pass keeps them (not None), the state's optional records change as its
+ * Python handlers change them: every group's history (histories: History records,
+ * analysis/history.py) and every change of the count of attempts in flight
+ * (flight_counts: packed records.FLIGHT_COUNT points).
+ *
+ * A line left to the Python path goes with every line after it up to the next line
+ * that reads as a hot line, or up to and with the first line of another run:
+ * chunk[pos:cold_end] (at least one line, unless pos == end).
  * The caller decodes those (reporting any problem with its line number), hands them to
  * the engine, and calls consume() again from cold_end.  So the state sees every event in
  * file order, and a line the C side takes is one the Python path would have taken the
@@ -40,6 +48,106 @@
 #include "_hot_line.h"
 
 static PyObject *ATTEMPTS_NAME, *RUN_ID_NAME, *SEALED_TOKENS_NAME, *ZERO;
+static PyObject *RUN_NAME, *SEALED_NAME, *EPOCH_NAME, *PROMPT_ID_NAME, *RESERVED_NAME;
+
+/* The groups' histories a pass keeps (analysis/history.py), or histories == None. */
+typedef struct {
+    PyObject *histories, *history_type;
+} Histories;
+
+/* Milliseconds in flight from `start` to `t`, as History.seal rounds them: half to even
+ * (as Python's round), spans past FAR_S (1e12 s) at that bound, none below zero. */
+static long long flight_ms(double start, double t)
+{
+    double flight = t - start;
+    if (!(flight > 0.0))
+        return 0;
+    if (flight >= 1e12)
+        return 1000000000000000LL;
+    return (long long)nearbyint(flight * 1000.0);
+}
+
+/* The group's history, made on first sight (its ID interned, as Histories.of does): a new
+ * reference, or NULL on error. */
+static PyObject *history_of(const Histories *h, PyObject *group_id, PyObject *run_id)
+{
+    PyObject *record = PyDict_GetItemWithError(h->histories, group_id);
+    if (record != NULL)
+        return Py_NewRef(record);
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *key = Py_NewRef(group_id);
+    PyUnicode_InternInPlace(&key);
+    record = PyObject_CallOneArg(h->history_type, run_id);
+    if (record != NULL && PyDict_SetItem(h->histories, key, record) < 0)
+        Py_CLEAR(record);
+    Py_DECREF(key);
+    return record;
+}
+
+/* History.seal for an attempt in flight whose sealed attempts are packed bytes (or none
+ * yet): 1 if it may be applied (*record set: a new reference, or NULL if the group has
+ * none yet), 0 if the Python path must apply it, -1 on error. */
+static int history_may_seal(const Histories *h, PyObject *group_id, PyObject **record)
+{
+    *record = Py_XNewRef(PyDict_GetItemWithError(h->histories, group_id));
+    if (*record == NULL)
+        return PyErr_Occurred() ? -1 : 1;
+    PyObject *sealed = PyObject_GetAttr(*record, SEALED_NAME);
+    if (sealed == NULL)
+        return -1;
+    int packed = sealed == Py_None || PyByteArray_CheckExact(sealed);
+    Py_DECREF(sealed);
+    return packed;
+}
+
+/* History.seal's changes, once history_may_seal allowed them. */
+static int history_seal(const Histories *h, PyObject *record, PyObject *group_id,
+                        PyObject *run_id, long long tokens, long long ms)
+{
+    int result = -1;
+    PyObject *sealed = NULL;
+    record = record != NULL ? Py_NewRef(record) : history_of(h, group_id, run_id);
+    if (record == NULL || PyObject_SetAttr(record, RUN_NAME, run_id) < 0)
+        goto done;
+    sealed = PyObject_GetAttr(record, SEALED_NAME);
+    if (sealed == NULL)
+        goto done;
+    if (sealed == Py_None) {
+        Py_SETREF(sealed, PyByteArray_FromStringAndSize(NULL, 0));
+        if (sealed == NULL || PyObject_SetAttr(record, SEALED_NAME, sealed) < 0)
+            goto done;
+    }
+    Py_ssize_t size = PyByteArray_GET_SIZE(sealed);
+    if (PyByteArray_Resize(sealed, size + 16) < 0)
+        goto done;
+    int64_t pair[2] = {(int64_t)tokens, (int64_t)ms};
+    memcpy(PyByteArray_AS_STRING(sealed) + size, pair, sizeof pair);
+    result = 0;
+done:
+    Py_XDECREF(record);
+    Py_XDECREF(sealed);
+    return result;
+}
+
+/* History.reserve: the group's latest reservation. */
+static int history_reserve(const Histories *h, PyObject *group_id, PyObject *run_id,
+                           PyObject *epoch, long long prompt_id, PyObject *t)
+{
+    PyObject *prompt = PyLong_FromLongLong(prompt_id);
+    if (prompt == NULL)
+        return -1;
+    PyObject *record = history_of(h, group_id, run_id);
+    int result = record == NULL || PyObject_SetAttr(record, RUN_NAME, run_id) < 0 ||
+                         PyObject_SetAttr(record, EPOCH_NAME, epoch) < 0 ||
+                         PyObject_SetAttr(record, PROMPT_ID_NAME, prompt) < 0 ||
+                         PyObject_SetAttr(record, RESERVED_NAME, t) < 0
+                     ? -1
+                     : 0;
+    Py_XDECREF(record);
+    Py_DECREF(prompt);
+    return result;
+}
 
 static PyObject *ascii(Str s)
 {
@@ -115,10 +223,11 @@ done:
  * group.attempts[key] += tokens, group.run_id = run_id, the attempt out of flight.
  * 1 applied, 0 left to the Python path, -1 on error. */
 static int seal(const Line *line, PyObject *run_id, PyObject *attempts, PyObject *groups,
-                PyObject *watch)
+                PyObject *watch, const Histories *h)
 {
     PyObject *id = ascii(line->attempt_id), *group_id = NULL, *key = NULL, *held = NULL;
-    PyObject *tokens = NULL, *sum = NULL, *group = NULL;
+    PyObject *tokens = NULL, *sum = NULL, *group = NULL, *record = NULL;
+    long long ms = 0;
     int result = -1;
     if (id == NULL)
         goto done;
@@ -132,6 +241,9 @@ static int seal(const Line *line, PyObject *run_id, PyObject *attempts, PyObject
         goto done;
     }
     key = Py_NewRef(PyTuple_GET_ITEM(attempt, 1));
+    PyObject *start = PyTuple_GET_ITEM(attempt, 2); /* its dispatch's time */
+    int timed = PyFloat_CheckExact(start);
+    double started = timed ? PyFloat_AS_DOUBLE(start) : 0.0;
     group_id = ascii(line->group_id);
     if (group_id == NULL)
         goto done;
@@ -150,6 +262,14 @@ static int seal(const Line *line, PyObject *run_id, PyObject *attempts, PyObject
         result = held == NULL ? -1 : 0;
         goto done;
     }
+    if (h->histories != Py_None) {
+        int may = timed ? history_may_seal(h, group_id, &record) : 0;
+        if (may <= 0) {
+            result = may;
+            goto done;
+        }
+        ms = flight_ms(started, line->t);
+    }
     tokens = PyLong_FromLongLong(line->tokens);
     if (tokens == NULL)
         goto done;
@@ -158,7 +278,11 @@ static int seal(const Line *line, PyObject *run_id, PyObject *attempts, PyObject
         goto done;
     sum = before != NULL ? PyNumber_Add(before, tokens) : Py_NewRef(tokens);
     if (sum == NULL || PyDict_SetItem(held, key, sum) < 0 ||
-        PyObject_SetAttr(group, RUN_ID_NAME, run_id) < 0 || PyDict_DelItem(attempts, id) < 0)
+        PyObject_SetAttr(group, RUN_ID_NAME, run_id) < 0)
+        goto done;
+    if (h->histories != Py_None && history_seal(h, record, group_id, run_id, line->tokens, ms) < 0)
+        goto done;
+    if (PyDict_DelItem(attempts, id) < 0) /* last: `attempt` is borrowed from it */
         goto done;
     result = 1;
 done:
@@ -169,6 +293,7 @@ done:
     Py_XDECREF(tokens);
     Py_XDECREF(sum);
     Py_XDECREF(group);
+    Py_XDECREF(record);
     return result;
 }
 
@@ -176,7 +301,7 @@ done:
  * again): groups[group_id] = Group(run_id, epoch or 0, t), and its epoch if given.
  * 1 applied, 0 left to the Python path, -1 on error. */
 static int reserve(const Line *line, PyObject *run_id, PyObject *groups, PyObject *epochs,
-                   PyObject *group_type)
+                   PyObject *group_type, const Histories *h)
 {
     PyObject *group_id = ascii(line->group_id), *epoch = NULL, *t = NULL, *group = NULL;
     int result = -1;
@@ -195,6 +320,9 @@ static int reserve(const Line *line, PyObject *run_id, PyObject *groups, PyObjec
     if (group == NULL || PyDict_SetItem(groups, group_id, group) < 0)
         goto done;
     if ((line->seen & BIT(K_EPOCH)) && PyDict_SetItem(epochs, group_id, epoch) < 0)
+        goto done;
+    if (h->histories != Py_None &&
+        history_reserve(h, group_id, run_id, epoch, line->prompt_id, t) < 0)
         goto done;
     result = 1;
 done:
@@ -291,22 +419,44 @@ done:
     return result;
 }
 
+/* A change of the count of attempts in flight, packed as records.FLIGHT_COUNT packs it. */
+static int count_flight(PyObject *counts, double t, Py_ssize_t in_flight)
+{
+    Py_ssize_t size = PyByteArray_GET_SIZE(counts);
+    if (PyByteArray_Resize(counts, size + 16) < 0)
+        return -1;
+    int64_t n = (int64_t)in_flight;
+    memcpy(PyByteArray_AS_STRING(counts) + size, &t, 8);
+    memcpy(PyByteArray_AS_STRING(counts) + size + 8, &n, 8);
+    return 0;
+}
+
 static PyObject *consume(PyObject *self, PyObject *args)
 {
     Py_buffer chunk;
     Py_ssize_t pos, end;
     PyObject *run_id, *attempts, *groups, *epochs, *group_type, *watch_dispatch, *watch_seal;
-    PyObject *trained, *seals, *waiting;
+    PyObject *trained, *seals, *waiting, *counts;
+    Histories h;
     int kinds;
-    if (!PyArg_ParseTuple(args, "y*nnUO!O!O!OiO!O!O!O!O!", &chunk, &pos, &end, &run_id,
+    if (!PyArg_ParseTuple(args, "y*nnUO!O!O!OiO!O!O!O!O!OOO", &chunk, &pos, &end, &run_id,
                           &PyDict_Type, &attempts, &PyDict_Type, &groups, &PyDict_Type,
                           &epochs, &group_type, &kinds, &PyTuple_Type, &watch_dispatch,
                           &PyTuple_Type, &watch_seal, &PySet_Type, &trained, &PyDict_Type,
-                          &seals, &PyDict_Type, &waiting))
+                          &seals, &PyDict_Type, &waiting, &h.histories, &h.history_type,
+                          &counts))
         return NULL;
     PyObject *result = NULL;
     if (pos < 0 || end > chunk.len || pos > end) {
         PyErr_SetString(PyExc_ValueError, "consume: pos and end must lie within chunk");
+        goto done;
+    }
+    if (h.histories != Py_None && !PyDict_Check(h.histories)) {
+        PyErr_SetString(PyExc_TypeError, "consume: histories must be a dict or None");
+        goto done;
+    }
+    if (counts != Py_None && !PyByteArray_CheckExact(counts)) {
+        PyErr_SetString(PyExc_TypeError, "consume: flight_counts must be a bytearray or None");
         goto done;
     }
     Py_ssize_t run_length;
@@ -320,10 +470,13 @@ static PyObject *consume(PyObject *self, PyObject *args)
     long long tokens = 0;
     double last_t = -INFINITY;
     Line line;
+    line.other_run = 0;
+    int kind_of_stop = 0; /* the kind of the line the loop stopped at (0: none it reads) */
     while (p < stop) {
         const char *newline = memchr(p, '\n', stop - p);
         const char *line_end = newline != NULL ? newline : stop;
         int kind = read_line(p, line_end, kinds, run, run_length, &line);
+        kind_of_stop = kind;
         if (kind == 0)
             break;
         int applied;
@@ -331,8 +484,10 @@ static PyObject *consume(PyObject *self, PyObject *args)
         case KIND_DISPATCH:
             applied = dispatch(&line, run_id, attempts, epochs, watch_dispatch);
             break;
-        case KIND_SEAL: applied = seal(&line, run_id, attempts, groups, watch_seal); break;
-        case KIND_RESERVE: applied = reserve(&line, run_id, groups, epochs, group_type); break;
+        case KIND_SEAL: applied = seal(&line, run_id, attempts, groups, watch_seal, &h); break;
+        case KIND_RESERVE:
+            applied = reserve(&line, run_id, groups, epochs, group_type, &h);
+            break;
         case KIND_GROUP_SEAL: applied = group_seal(&line, groups, trained, seals, waiting); break;
         default: applied = 1; /* group.admit: the pass reads nothing of it */
         }
@@ -342,24 +497,31 @@ static PyObject *consume(PyObject *self, PyObject *args)
             break;
         if (kind == KIND_SEAL)
             tokens += line.tokens;
+        if ((kind == KIND_DISPATCH || kind == KIND_SEAL) && counts != Py_None &&
+            count_flight(counts, line.t, PyDict_GET_SIZE(attempts)) < 0)
+            goto done;
         if (line.t > last_t)
             last_t = line.t;
         lines++;
         p = newline != NULL ? newline + 1 : stop;
     }
     /* The cold lines: this one, and those after it up to the next that reads as a hot
-     * line (another kind stops the read at its "event", another run at its "run_id"; a
-     * file whose every line carries an extra field is then one cold run, not one a line). */
+     * line (another kind stops the read at its "event"; a file whose every line carries an
+     * extra field is then one cold run, not one a line), or up to and with the first line
+     * of another run: it may begin a new run, whose lines are hot once the engine has
+     * begun it (the run's lines would be read as another's to the block's end). */
     const char *cold = p;
     if (cold < stop) {
         const char *newline = memchr(cold, '\n', stop - cold);
         cold = newline != NULL ? newline + 1 : stop;
-        while (cold < stop) {
+        int switched = kind_of_stop == 0 && line.other_run;
+        while (cold < stop && !switched) {
             newline = memchr(cold, '\n', stop - cold);
             const char *line_end = newline != NULL ? newline : stop;
             if (read_line(cold, line_end, kinds, run, run_length, &line) != 0)
                 break;
             cold = newline != NULL ? newline + 1 : stop;
+            switched = line.other_run;
         }
     }
     result = Py_BuildValue("nnndL", (Py_ssize_t)(p - base), lines, (Py_ssize_t)(cold - base),
@@ -372,8 +534,8 @@ done:
 static PyMethodDef methods[] = {
     {"consume", consume, METH_VARARGS,
      "consume(chunk, pos, end, run_id, attempts, groups, epochs, group_type, kinds, "
-     "watch_dispatch, watch_seal, trained, seals, waiting) -> (pos, lines, cold_end, "
-     "last_t, tokens): see analysis/hot.py."},
+     "watch_dispatch, watch_seal, trained, seals, waiting, histories, history_type, "
+     "flight_counts) -> (pos, lines, cold_end, last_t, tokens): see analysis/hot.py."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -389,7 +551,14 @@ PyMODINIT_FUNC PyInit__hot(void)
     RUN_ID_NAME = PyUnicode_InternFromString("run_id");
     SEALED_TOKENS_NAME = PyUnicode_InternFromString("sealed_tokens");
     ZERO = PyLong_FromLong(0);
-    if (ATTEMPTS_NAME == NULL || RUN_ID_NAME == NULL || SEALED_TOKENS_NAME == NULL || ZERO == NULL)
+    RUN_NAME = PyUnicode_InternFromString("run");
+    SEALED_NAME = PyUnicode_InternFromString("sealed");
+    EPOCH_NAME = PyUnicode_InternFromString("epoch");
+    PROMPT_ID_NAME = PyUnicode_InternFromString("prompt_id");
+    RESERVED_NAME = PyUnicode_InternFromString("reserved");
+    if (ATTEMPTS_NAME == NULL || RUN_ID_NAME == NULL || SEALED_TOKENS_NAME == NULL ||
+        ZERO == NULL || RUN_NAME == NULL || SEALED_NAME == NULL || EPOCH_NAME == NULL ||
+        PROMPT_ID_NAME == NULL || RESERVED_NAME == NULL)
         return NULL;
     return PyModule_Create(&module);
 }

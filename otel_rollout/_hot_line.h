@@ -69,6 +69,7 @@ typedef struct {
 typedef struct {
     unsigned seen;
     int kind; /* KIND_*, by its "event" */
+    int other_run; /* its "run_id" is not the run's (it may begin a new run) */
     double t;
     Str group_id, attempt_id;
     long long prompt_id, generation_index, weight_version, epoch, tokens, size;
@@ -289,6 +290,7 @@ static int read_line(const char *p, const char *stop, int kinds, const char *run
 {
     line->seen = 0;
     line->kind = 0;
+    line->other_run = 0;
     line->group_id.n = line->attempt_id.n = 0;
     if ((p = at(p, stop, '{')) == NULL)
         return 0;
@@ -307,7 +309,10 @@ static int read_line(const char *p, const char *stop, int kinds, const char *run
             p = skip_ws(p, stop);
         switch (k) {
         case K_T: p = read_number(p, stop, &line->t); break;
-        case K_RUN_ID: p = read_exactly(p, stop, run, run_length); break;
+        case K_RUN_ID:
+            p = read_exactly(p, stop, run, run_length);
+            line->other_run = p == NULL;
+            break;
         case K_EVENT: {
             const char *q = NULL;
             if ((kinds & KIND_DISPATCH) && (q = read_exactly(p, stop, "attempt.dispatch", 16)))

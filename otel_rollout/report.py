@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .age import StepAge
-from .analysis import Analysis, StepAges, Stop, run_events, run_file
+from .analysis import Analysis, StepAges, run_events, run_file
+from .analysis.records import FLIGHT_COUNT
 from .cost import CostAnalysis, CostReport
 from .reader import EventReader, Progress
 from .staleness import StalenessAnalysis, StalenessReport
@@ -52,6 +53,9 @@ class ReportSeries(Analysis):
     run's span (an analysis of the one pass, beside the cost analysis)."""
 
     kinds = frozenset({"attempt.dispatch", "attempt.resume", "train.step", "group.seal", *_ENDS})
+    #: The attempts in flight: every change the shared state counted (on the compiled
+    #: path too), taken at each step and at the end.
+    keeps_flight_counts = True
 
     def __init__(self, data: ReportData) -> None:
         self.data = data
@@ -104,24 +108,36 @@ class ReportSeries(Analysis):
         old[:] = merged
 
     def handlers(self) -> Mapping[str, Callable[[Any], None]]:
-        ends = dict.fromkeys(_ENDS, self._end)
-        return {"attempt.dispatch": self._start, "attempt.resume": self._start,
-                "train.step": self._step, **ends}  # fmt: skip
+        return {"train.step": self._step}
 
-    def stop(self, stop: Stop) -> None:
-        if stop.attempts:  # the old run's attempts died with it
-            self._point(stop.new.first_t, len(self.state.attempts))
-
-    def _start(self, e: Any) -> None:
-        running = self.state.attempts
-        self._point(e.t, len(running) + (e.attempt_id not in running))
-
-    def _end(self, e: Any) -> None:
-        running = self.state.attempts
-        if e.attempt_id in running:
-            self._point(e.t, len(running) - 1)
+    def _take_flight_counts(self) -> None:
+        """Fold the changes of attempts in flight the state counted since the last call
+        into the buckets (each as :meth:`_point` would, the commonest case inline: a
+        change inside the last bucket)."""
+        counts = self.state.flight_counts
+        if not counts:
+            return
+        buckets, point = self.data.in_flight, self._point
+        last = buckets[-1] if buckets else None
+        end = last[0] + self._width if last is not None else -math.inf
+        for t, n in FLIGHT_COUNT.iter_unpack(counts):
+            if last is not None and t < end:
+                if t > last[1]:
+                    last[1] = t
+                if n < last[2]:
+                    last[2] = n
+                elif n > last[3]:
+                    last[3] = n
+                last[4] += n
+                last[5] += 1
+            else:
+                point(t, n)
+                last = buckets[-1]
+                end = last[0] + self._width
+        counts.clear()
 
     def _step(self, e: Any) -> None:
+        self._take_flight_counts()  # memory: the changes between two steps
         age = self.state.shown_age(e)
         if age is not None:
             if math.isfinite(age):
@@ -130,6 +146,7 @@ class ReportSeries(Analysis):
                 self.data.steps_off_chart += 1
 
     def result(self) -> ReportData:
+        self._take_flight_counts()
         data = self.data
         for run in self.state.runs:
             span = data.runs.setdefault(run.run_id, [run.first_t, run.last_t])

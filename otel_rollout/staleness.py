@@ -12,16 +12,17 @@ statistics are in :mod:`otel_rollout.distributions`).
 from __future__ import annotations
 
 import os
-import sys
-from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
-from ._spans_of_time import FAR_S, whole_ms
+from ._spans_of_time import whole_ms
 from .age import seal_items
 from .analysis import Analysis, OnWarning, Stop, run_events, run_file
+from .analysis.carry import Carried
+from .analysis.history import Histories, History, flat_pairs
 from .distributions import (
     STALE,
     deciles,
@@ -129,15 +130,11 @@ class StalenessAnalysis(Analysis):
 
     kinds = None  # attempts, groups and steps: nearly every kind
 
+    keeps_histories = True  # every group's sealed attempts and reservation (history.py)
+
     def __init__(self) -> None:
-        # One record a group (_Group), its sealed attempts as (tokens, ms in flight)
-        # pairs flat in an array: 16 bytes an attempt where a list of tuples took ~150 (the
-        # 1M-line bench trace's 400k attempts held the report's pass at 237 MB peak).  An
-        # attempt's start is the shared state's.
-        self.groups: dict[str, _Group] = {}
         self.outcomes: dict[str, dict[str, dict[int, int]]] = {}  # known at the time: histograms
         self.waits: dict[int, list[float]] = {}  # step number → its groups' waits, latest
-        self._carried = 0  # the shared state's carried lots moved here so far
 
     def _count(self, outcome: str, tokens: int, ms: int) -> None:
         hists = self.outcomes.get(outcome)
@@ -148,12 +145,11 @@ class StalenessAnalysis(Analysis):
         times[ms] = times.get(ms, 0) + 1
 
     def handlers(self) -> Mapping[str, Callable[[Any], None]]:
+        # Seals, reservations and discards go to every group's history, kept by the shared
+        # state (on the compiled path too: the commonest lines are none of these).
         return {
-            "attempt.seal": self._hot_seal(),
             "attempt.abandon": self._abandon,
             "attempt.refuse": self._refuse,
-            "group.reserve": self._reserve,
-            "group.discard": self._discard,
             "train.step": self._step,
         }
 
@@ -162,64 +158,17 @@ class StalenessAnalysis(Analysis):
         attempt = self.state.attempts.get(e.attempt_id)
         return whole_ms(e.t - attempt[2]) if attempt is not None else 0
 
-    def _group(self, e: Any) -> _Group:
-        """The group's record (made on first sight: its ID interned, one string for all)."""
-        record = self.groups.get(e.group_id)
-        if record is None:
-            record = self.groups[sys.intern(e.group_id)] = _Group(self.state.run_id(e))
-        return record
-
-    def _hot_seal(self) -> Callable[[Any], None]:
-        # A closure over the dicts, everything inline: a seal is ~40% of a file's lines, and
-        # this cut the pass's time on the 600k-line bench trace by ~0.1 s against methods.
-        groups, running, intern, new = self.groups, self.state.attempts, sys.intern, _Group
-        state = self.state
-
-        def seal(e: Any) -> None:
-            run = state.run  # e's run: its ID, one string for all its records
-            run_id = run.run_id if run is not None else e.run_id
-            record = groups.get(e.group_id)
-            if record is None:
-                record = groups[intern(e.group_id)] = new(run_id)
-            else:
-                record.run = run_id  # the group belongs to the last run that sealed into it
-            held = record.sealed
-            if held is None:
-                held = record.sealed = array("q")
-            attempt = running.get(e.attempt_id)
-            ms = 0
-            if attempt is not None:
-                flight = e.t - attempt[2]
-                if flight > 0.0:
-                    ms = round(flight * 1000) if flight < FAR_S else whole_ms(flight)
-            try:
-                held.append(e.tokens)
-            except OverflowError:  # a count past 64 bits: this group's lengths in a list
-                held = record.sealed = list(held)
-                held.append(e.tokens)
-            held.append(ms)
-
-        return seal
-
     def _abandon(self, e: Any) -> None:
         self._count(f"abandoned: {e.reason}", e.tokens or 0, self._flight(e))
 
     def _refuse(self, e: Any) -> None:
         self._count(REFUSED, 0, self._flight(e))
 
-    def _reserve(self, e: Any) -> None:
-        record = self._group(e)  # reserved again: the latest reservation starts the wait
-        record.run, record.epoch = self.state.run_id(e), e.epoch or 0
-        record.prompt_id, record.reserved = e.prompt_id, e.t
-
-    def _discard(self, e: Any) -> None:
-        record = self._group(e)
-        record.run, record.reason = self.state.run_id(e), e.reason
-
     def _step(self, e: Any) -> None:
         waits = []
+        histories = self._histories()
         for group_id in e.group_ids:
-            record = self.groups.get(group_id)
+            record = histories.get(group_id)
             if record is not None and record.reserved is not None:
                 waits.append(max(e.t - record.reserved, 0.0))
         self.waits[e.step] = waits
@@ -245,30 +194,32 @@ class StalenessAnalysis(Analysis):
             run = report.runs.setdefault(s.run_id, {})
             for age, n in ages.items():
                 run[age] = run.get(age, 0) + n
-        self._move_carried()
+        histories = self._histories()
+        moved, received = _carried(histories, state.carries.moved)
         fate = GroupFates.of(state)
-        # Each sealed attempt counts under its group's fate, a group's attempts at once in C
-        # (Counter.update), not attempt by attempt: on the 600k-line bench trace a call per
-        # attempt made this loop a fifth of the command's time.
-        sealed_by_outcome: dict[str, tuple[Counter[int], Counter[int]]] = {}
+        # Each sealed attempt counts under its group's fate: the groups' packed attempts are
+        # gathered by outcome and counted at once in C (Counter over one array), not group
+        # by group: on the 1M-line bench trace a Counter.update a group was 0.3 s.
+        sealed_by_outcome: dict[str, list[Any]] = {}
         wasted_by_prompt: dict[Any, list[int]] = {}  # prompt → tokens of each wasted group
-        for group_id, g in self.groups.items():
-            outcome, sealed = fate(group_id, g.run, g.reason), g.sealed
-            if sealed is not None:
-                pair = sealed_by_outcome.get(outcome)
-                if pair is None:
-                    pair = sealed_by_outcome[outcome] = (Counter(), Counter())
-                pair[0].update(sealed[::2])
-                pair[1].update(sealed[1::2])
-            wasted = outcome.startswith(("discarded", LOST_AT_STOP))
-            if wasted and g.prompt_id is not None:  # (groups reserved in the file only)
-                tokens = sum(sealed[::2]) if sealed is not None else 0
+        for group_id, g in chain(histories.items(), received.items()):
+            outcome = fate(group_id, g.run, g.reason)
+            sealed = moved.get(group_id, g.sealed)
+            if sealed:
+                held = sealed_by_outcome.get(outcome)
+                if held is None:
+                    held = sealed_by_outcome[outcome] = []
+                held.append(sealed)
+            if g.prompt_id is not None and outcome.startswith(("discarded", LOST_AT_STOP)):
+                # a wasted group reserved in the file
+                tokens = sum(flat_pairs([sealed])[::2]) if sealed else 0
                 wasted_by_prompt.setdefault((g.epoch, g.prompt_id), []).append(tokens)
         # A copy: the pass's own histograms stay as read, so a later result() is the same.
         outcomes = {o: {k: dict(h) for k, h in hists.items()} for o, hists in self.outcomes.items()}
-        for outcome, (lengths, times) in sealed_by_outcome.items():
+        for outcome, held in sealed_by_outcome.items():
+            values = flat_pairs(held)
             hists = outcomes.setdefault(outcome, {"tokens": {}, "ms": {}})
-            for name, counted in (("tokens", lengths), ("ms", times)):
+            for name, counted in (("tokens", Counter(values[::2])), ("ms", Counter(values[1::2]))):
                 counts = hists[name]
                 for value, n in counted.items():
                     counts[value] = counts.get(value, 0) + n
@@ -284,47 +235,43 @@ class StalenessAnalysis(Analysis):
         report.prompts = _repeats(wasted_by_prompt)
         return report
 
-    def _move_carried(self) -> None:
-        """Sealed attempts a resumed run carried into another group (the shared state found
-        them: :class:`~otel_rollout.analysis.carry.Carries`) follow that group's fate, as in
-        the ledger: each moved rollout takes from the group it left the attempt of its
-        tokens, or the first attempts in file order that add up to them (a rollout sealed
-        more than once); none if nothing does."""
-        moved = self.state.carries.moved
-        for move in moved[self._carried :]:
-            donor = self.groups.get(move.donor)
-            if donor is None or donor.sealed is None:
-                continue
-            record = self.groups.get(move.group)
-            if record is None:
-                record = self.groups[sys.intern(move.group)] = _Group(move.run)
-            held = donor.sealed
-            pairs = [held[i : i + 2] for i in range(0, len(held), 2)]
-            taken = record.sealed if record.sealed is not None else array("q")
-            for _, tokens in move.keys:
-                chosen = _lots_of(pairs, tokens)
-                for i in sorted(chosen, reverse=True):
-                    taken = _extended(taken, pairs.pop(i))
-            kept = held[:0]  # an empty array (or list) of the same kind
-            for pair in pairs:
-                kept = _extended(kept, pair)
-            donor.sealed, record.sealed = kept, taken
-        self._carried = len(moved)
+    def _histories(self) -> Histories:
+        histories = self.state.histories
+        assert histories is not None, "the engine keeps them: keeps_histories"
+        return histories
 
 
-class _Group:
-    """A group's record, first seen in ``run`` (slots: ~50 bytes a group less than a list)."""
+def _carried(
+    histories: Mapping[str, History], moved: Iterable[Carried]
+) -> tuple[dict[str, list[int]], dict[str, History]]:
+    """Sealed attempts a resumed run carried into another group (the shared state found
+    them: :class:`~otel_rollout.analysis.carry.Carries`) follow that group's fate, as in
+    the ledger: each moved rollout takes from the group it left the attempt of its
+    tokens, or the first attempts in file order that add up to them (a rollout sealed
+    more than once); none if nothing does.  The flat sealed attempts of every group a
+    move touched, after the moves, and a history for each group that had none (the
+    histories themselves stay as read, so a later result is the same)."""
+    touched: dict[str, list[list[int]]] = {}
+    received: dict[str, History] = {}
 
-    __slots__ = ("epoch", "prompt_id", "reason", "reserved", "run", "sealed")
+    def held(group_id: str) -> list[list[int]]:
+        if group_id not in touched:
+            history = histories.get(group_id)
+            flat = flat_pairs([history.sealed]) if history is not None and history.sealed else []
+            touched[group_id] = [list(flat[i : i + 2]) for i in range(0, len(flat), 2)]
+        return touched[group_id]
 
-    def __init__(self, run: str) -> None:
-        self.run = run  # the last run that reserved, sealed into or discarded it
-        self.reason: str | None = None  # its discard's reason
-        self.epoch: int | None = None
-        self.prompt_id: Any = None
-        self.reserved: float | None = None  # the latest reservation's time
-        #: its sealed attempts as flat (tokens, ms in flight) pairs
-        self.sealed: Any = None
+    for move in moved:
+        donor = histories.get(move.donor)
+        if donor is None or donor.sealed is None:
+            continue
+        if move.group not in histories:
+            received.setdefault(move.group, History(move.run))
+        left, taken = held(move.donor), held(move.group)
+        for _, tokens in move.keys:
+            for i in sorted(_lots_of(left, tokens), reverse=True):
+                taken.append(left.pop(i))
+    return {g: [v for pair in held for v in pair] for g, held in touched.items()}, received
 
 
 def _lots_of(pairs: list[Any], tokens: int) -> list[int]:
@@ -341,16 +288,6 @@ def _lots_of(pairs: list[Any], tokens: int) -> list[int]:
             if total == tokens:
                 return chosen
     return []
-
-
-def _extended(values: Any, pair: Any) -> Any:
-    """``values`` (an array of 64-bit integers, or a list) with ``pair`` added: a list once a
-    value does not fit."""
-    try:
-        values.extend(pair)
-    except OverflowError:
-        values = [*values, *pair]
-    return values
 
 
 def _repeats(wasted: Mapping[Any, list[int]]) -> dict[str, Any]:

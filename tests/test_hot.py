@@ -18,8 +18,10 @@ from hypothesis import strategies as st
 from test_ledger import naive_ledger, traces
 
 from otel_rollout.analysis import Analysis, StepAges, hot, run_file
+from otel_rollout.analysis.history import History, flat_pairs
 from otel_rollout.cost import CostAnalysis, analyze, analyze_file
 from otel_rollout.report import ReportData, ReportSeries
+from otel_rollout.staleness import StalenessAnalysis
 from otel_rollout.testing import synthetic_trace
 
 pytestmark = pytest.mark.skipif(
@@ -39,7 +41,15 @@ class Probe(Analysis):
             "epochs": dict(state.epochs),
             "sealed_tokens": state.sealed_tokens,
             "runs": [dataclasses.asdict(run) for run in state.runs],
+            "histories": {
+                g: (h.run, h.reason, h.epoch, h.prompt_id, h.reserved, sealed(h))
+                for g, h in (state.histories or {}).items()
+            },
         }
+
+
+def sealed(history: History) -> list[int] | None:
+    return None if history.sealed is None else list(flat_pairs([history.sealed]))
 
 
 @pytest.fixture
@@ -72,35 +82,73 @@ def both_paths(monkeypatch, path: Path, make: Any) -> tuple[Any, Any, list, list
 
 
 def reports(results: list[Any]) -> list[Any]:
-    return [r.report() if hasattr(r, "report") else r for r in results]
+    return [
+        r.report() if hasattr(r, "report") else r.record() if hasattr(r, "record") else r
+        for r in results
+    ]
 
 
 def test_the_bench_trace_gives_the_same_cost_either_way(tmp_path, monkeypatch, applied):
-    """On a synthetic 3-run trace, cost, batch age and the state are the same with the
-    compiled path as without, and the compiled path applied most lines."""
+    """On a synthetic 3-run trace, cost, batch age, the staleness diagnostics and the state
+    (every group's history too) are the same with the compiled path as without, and the
+    compiled path applied most lines."""
     path = synthetic_trace(tmp_path / "t.jsonl", 30_000, runs=3)
-    make = lambda: [CostAnalysis(), StepAges(), Probe()]  # noqa: E731
+    make = lambda: [CostAnalysis(), StepAges(), StalenessAnalysis(), Probe()]  # noqa: E731
     on, off, warned_on, warned_off = both_paths(monkeypatch, path, make)
     assert reports(on) == reports(off)
     assert warned_on == warned_off
     assert sum(n for _, n in applied) > 0.8 * 30_000
 
 
+class SealTokens(Analysis):
+    """Handles every attempt's seal itself, and says nothing of which it needs."""
+
+    def __init__(self) -> None:
+        self.tokens = 0
+
+    def handlers(self) -> Any:
+        return {"attempt.seal": self.seal}
+
+    def seal(self, e: Any) -> None:
+        self.tokens += e.tokens
+
+    def result(self) -> int:
+        return self.tokens
+
+
 def test_an_analysis_that_needs_every_attempt_turns_the_compiled_path_off(
     tmp_path, monkeypatch, applied
 ):
-    """A pass with an analysis that handles attempts and gives no hot_keys (the report's
-    series) reads every line in Python, and its series is the same as with the compiled
-    path allowed; cost alone lets the compiled path read the attempts."""
+    """A pass with an analysis that handles attempts and gives no hot_keys reads every
+    line in Python, with the same results as with the compiled path allowed; cost alone
+    lets the compiled path read the attempts."""
     path = synthetic_trace(tmp_path / "t.jsonl", 5_000, runs=2)
-    make = lambda: [CostAnalysis(), ReportSeries(ReportData(str(path)))]  # noqa: E731
+    make = lambda: [CostAnalysis(), SealTokens()]  # noqa: E731
     on, off, _, _ = both_paths(monkeypatch, path, make)
-    assert on[1].in_flight == off[1].in_flight and on[1].steps == off[1].steps
+    assert reports(on) == reports(off) and 0 < on[1] <= on[0].tokens_generated
     assert not applied  # the few lines it could take would only cut the rest up
     attempts = hot.HOT_KINDS["attempt.dispatch"] | hot.HOT_KINDS["attempt.seal"]
     run_file(path, [CostAnalysis()])
     assert all(kinds & attempts == attempts for kinds, _ in applied)
     assert sum(n for _, n in applied) > 0.8 * 5_000
+
+
+def test_the_reports_whole_pass_takes_the_compiled_path_with_the_same_page(
+    tmp_path, monkeypatch, applied
+):
+    """The report's pass (cost, its series of attempts in flight, batch age, staleness)
+    reads most lines in C, and every series it draws is the same as without."""
+    path = synthetic_trace(tmp_path / "t.jsonl", 30_000, runs=3)
+
+    def make() -> list[Analysis]:
+        return [CostAnalysis(), ReportSeries(ReportData(str(path))), StepAges(),
+                StalenessAnalysis()]  # fmt: skip
+
+    on, off, warned_on, warned_off = both_paths(monkeypatch, path, make)
+    assert on[1].in_flight == off[1].in_flight and len(on[1].in_flight) > 100
+    assert on[1].steps == off[1].steps and on[1].runs == off[1].runs
+    assert reports(on[2:]) == reports(off[2:]) and warned_on == warned_off
+    assert sum(n for _, n in applied) > 0.8 * 30_000
 
 
 # Hostile ways to write an event of a hot kind: each is valid JSON, and each is either a
@@ -194,11 +242,16 @@ FIXTURES = [HealthCheck.function_scoped_fixture]  # each example writes its own 
 @given(traces(), st.integers(0, 2**32), st.sampled_from([0.0, 0.1, 0.5]))
 def test_hostile_files_give_the_same_results_either_way(tmp_path, monkeypatch, events, seed, odd):
     """Random multi-run traces, some of their lines written in hostile ways: cost (ledger,
-    boundaries), batch age, the shared state and every warning with its line number are
-    the same with the compiled path as without; where no line is odd, the ledger is the
+    boundaries), batch age, the staleness diagnostics, the report's series, the shared
+    state (every group's history too) and every warning with its line number are the
+    same with the compiled path as without; where no line is odd, the ledger is the
     naive model's."""
     path = _write(tmp_path / f"h{seed}.jsonl", events, seed, odd)
-    make = lambda: [CostAnalysis(), StepAges(), Probe()]  # noqa: E731
+
+    def make() -> list[Analysis]:
+        series = ReportSeries(ReportData(str(path)))
+        return [CostAnalysis(), StepAges(), StalenessAnalysis(), series, Probe()]
+
     on, off, warned_on, warned_off = both_paths(monkeypatch, path, make)
     assert reports(on) == reports(off)
     assert warned_on == warned_off  # in the same order: the first ten are what is shown
@@ -428,3 +481,28 @@ def test_a_blank_first_line_then_events_is_a_trace_either_way(tmp_path, monkeypa
         run_file(reader, [CostAnalysis()])
         seen.append((reader.first_line_is_event, reader.events, reader.lines, reader.skipped))
     assert seen[0] == seen[1] and seen[0][0] is True
+
+
+def test_a_group_sealed_into_by_the_next_run_belongs_to_that_run_either_way(
+    tmp_path, monkeypatch, applied
+):
+    """A group one run reserved and the next run's attempt sealed into is the later run's
+    in its history, with the attempt's length and time in flight, on both paths; the
+    compiled path reads the new run's lines once the engine has begun it."""
+    a = '"run_id":"a"'
+    b = '"run_id":"b"'
+    ids = '"group_id":"g","prompt_id":7'
+    lines = [
+        f'{{"t":1,{a},"event":"run.start","schema":1,"pid":1}}',
+        f'{{"t":2,{a},"event":"group.reserve",{ids},"size":1,"weight_version":0,"epoch":3}}',
+        f'{{"t":3,{b},"event":"run.start","schema":1,"pid":2}}',
+        f'{{"t":4,{b},"event":"attempt.dispatch",{ids},"attempt_id":"x","generation_index":0,'
+        '"weight_version":0}',
+        f'{{"t":4.5,{b},"event":"attempt.seal",{ids},"attempt_id":"x","generation_index":0,'
+        '"tokens":9}',
+    ]
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    on, off, _, _ = both_paths(monkeypatch, path, lambda: [StalenessAnalysis(), Probe()])
+    assert applied[-1][1] == 2  # run b's dispatch and seal: the compiled path's, once b began
+    assert on[1]["histories"] == off[1]["histories"] == {"g": ("b", None, 3, 7, 2.0, [9, 500])}

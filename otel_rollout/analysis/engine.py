@@ -42,12 +42,22 @@ class Analysis:
     * :meth:`result`: what the analysis found, once the last event is read.
     * :meth:`hot_keys` (optional, for speed): which attempts and groups it must see, so
       that the pass may apply the others to the state in compiled code.
+    * ``keeps_histories``: the shared state keeps every group's history to the end of
+      the pass (:attr:`State.histories <otel_rollout.analysis.state.State.histories>`:
+      its sealed attempts' lengths and times in flight, its latest reservation), on
+      the compiled path too, so the analysis need not handle the commonest kinds itself.
+    * ``keeps_flight_counts``: the shared state keeps every change of the count of
+      attempts in flight (:attr:`State.flight_counts
+      <otel_rollout.analysis.state.State.flight_counts>`), on the compiled path too,
+      until the analysis takes them (and clears them: one analysis of a pass may).
 
     :attr:`state` (:class:`~otel_rollout.analysis.state.State`) is shared by
     every analysis of the pass and set before the first event.
     """
 
     kinds: frozenset[str] | None = None
+    keeps_histories = False
+    keeps_flight_counts = False
     state: State
 
     def handlers(self) -> Mapping[str, Callable[[Any], None]]:
@@ -90,6 +100,10 @@ class Engine:
         kinds: set[str] | None = set()
         for analysis in self.analyses:
             analysis.state = self.state
+            if analysis.keeps_histories:
+                self.state.keep_histories()
+            if analysis.keeps_flight_counts:
+                self.state.keep_flight_counts()
             if analysis.kinds is None or kinds is None:
                 kinds = None
             else:

@@ -14,9 +14,13 @@ A pass may use it only if the attempts are among the kinds it may take: for a ki
 analysis handles, only if that analysis says which of those events it must still see
 (:meth:`~otel_rollout.analysis.Analysis.hot_keys`).  An analysis that says nothing sees
 every event of the kinds it handles, in Python (every line, if it handles attempts).
-Only a reader of every kind takes it (one of a few kinds finds its lines by name).  The
-C part is optional (a package built without a compiler has none); results are the same
-either way, which a hypothesis test checks on hostile files.
+What an analysis needs of those lines rather than the lines themselves, the state keeps
+on both paths when asked (``keeps_histories``: every group's history, history.py;
+``keeps_flight_counts``: every change of the attempts in flight), so ``staleness`` and
+the report take this path too.  Only a reader of every kind takes it (one of a few kinds
+finds its lines by name).  The C part is optional (a package built without a compiler
+has none); results are the same either way, which a hypothesis test checks on hostile
+files.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any, Protocol
 
 from .. import config
 from ..reader import HotPath
+from .history import History
 from .records import Group, Key
 from .state import State
 
@@ -94,6 +99,8 @@ def consumer(
     attempts, groups, epochs = state.attempts, state.groups, state.epochs
     trained, seals, waiting = state.trained, state.seals, state.carries.waiting
     watch_dispatch, watch_seal = tuple(watch["attempt.dispatch"]), tuple(watch["attempt.seal"])
+    histories = state.histories  # None, or every group's history (history.py), kept here too
+    counts = state.flight_counts  # None, or the changes of the count in flight, kept here too
 
     def apply(chunk: bytes, pos: int, end: int) -> tuple[int, int, int]:
         run = state.run
@@ -101,7 +108,7 @@ def consumer(
             return pos, 0, chunk.find(b"\n", pos, end) + 1 or end
         pos, lines, cold_end, last_t, tokens = consume(
             chunk, pos, end, run.run_id, attempts, groups, epochs, Group, flags,
-            watch_dispatch, watch_seal, trained, seals, waiting,
+            watch_dispatch, watch_seal, trained, seals, waiting, histories, History, counts,
         )  # fmt: skip
         if lines:
             counted(lines)

@@ -3,10 +3,11 @@ the surviving step of each number, and what a stop left in flight."""
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Attempt", "Group", "Key", "Run", "Step", "Stop"]
+__all__ = ["FLIGHT_COUNT", "Attempt", "Group", "Key", "Run", "Step", "Stop"]
 
 #: A rollout's identity across runs: ``(epoch, prompt_id, generation_index)``.
 Key = tuple[int, int, int]
@@ -29,6 +30,12 @@ class Run:
 #: made per dispatch, the commonest event, and a tuple costs a tenth of a dataclass
 #: instance (0.05 against 0.5 µs here).
 Attempt = tuple[str, Key, float]
+
+
+#: A change of the count of attempts in flight, as :attr:`State.flight_counts
+#: <otel_rollout.analysis.state.State.flight_counts>` packs it: ``(t, attempts in flight
+#: after it)``, a native double and 64-bit integer (the compiled path packs them too).
+FLIGHT_COUNT = struct.Struct("=dq")
 
 
 @dataclass(slots=True)

@@ -16,7 +16,8 @@ from typing import Any
 
 from ..age import SealCounts, StepAge, seal_counts, step_age
 from .carry import Carries
-from .records import Attempt, Group, Key, Run, Step, Stop
+from .history import Histories
+from .records import FLIGHT_COUNT, Attempt, Group, Key, Run, Step, Stop
 
 __all__ = [
     "Attempt",
@@ -116,6 +117,14 @@ class State:
         self._ended: set[str] = set()
         #: Finished work a resumed run carried into groups of its own (see carry.py).
         self.carries = Carries(self.groups)
+        #: Every group's history to the end of the pass, when an analysis asks for it
+        #: (:meth:`keep_histories`; see history.py).
+        self.histories: Histories | None = None
+        #: Every change of the count of attempts in flight since an analysis last took them
+        #: (packed FLIGHT_COUNT points), when an analysis asks for them
+        #: (:meth:`keep_flight_counts`): a dispatch or resume, the end of an attempt in
+        #: flight, a stop that ended some.
+        self.flight_counts: bytearray | None = None
         self._apply: dict[str, Callable[[Any], None]] = {
             "attempt.dispatch": self._hot_dispatch(),
             "attempt.resume": self._hot_dispatch(),
@@ -130,6 +139,25 @@ class State:
             "checkpoint.restore": self._restored,
             "run.start": self._run_start,
         }
+
+    def keep_histories(self) -> None:
+        """Keep every group's history (:attr:`histories`) from the next event on."""
+        if self.histories is None:
+            self.histories = Histories()
+            self._apply["attempt.seal"] = self._hot_attempt_seal()
+
+    def keep_flight_counts(self) -> None:
+        """Keep every change of the count of attempts in flight (:attr:`flight_counts`)
+        from the next event on."""
+        if self.flight_counts is None:
+            self.flight_counts = bytearray()
+            self._apply["attempt.dispatch"] = self._apply["attempt.resume"] = self._hot_dispatch()
+            self._apply["attempt.seal"] = self._hot_attempt_seal()
+
+    def _counted(self, t: float) -> None:
+        """A change of the count of attempts in flight at ``t``, if they are kept."""
+        if self.flight_counts is not None:
+            self.flight_counts += FLIGHT_COUNT.pack(t, len(self.attempts))
 
     def step_age(self, e: Any) -> StepAge:
         """The batch age of the ``train.step`` ``e`` by the seals read so far: made once per
@@ -217,6 +245,8 @@ class State:
         dead = [(i, a) for i, a in attempts.items() if a[0] == old.run_id]
         for attempt_id, _ in dead:
             del attempts[attempt_id]
+        if dead:
+            self._counted(run.first_t)
         groups = {g: group for g, group in self.groups.items() if group.run_id == old.run_id}
         self.carries.stop(groups)
         return Stop(old, run, [a for _, a in dead], groups)
@@ -233,22 +263,30 @@ class State:
     # method's attribute lookups made the pass ~15% slower on the bench trace.
 
     def _hot_dispatch(self) -> Callable[[Any], None]:
-        attempts, epochs = self.attempts, self.epochs
+        attempts, epochs, counts = self.attempts, self.epochs, self.flight_counts
+        point = FLIGHT_COUNT.pack
 
         def dispatch(e: Any) -> None:
             epoch = e.epoch
             if epoch is None:
                 epoch = epochs.get(e.group_id, 0)
             attempts[e.attempt_id] = (e.run_id, (epoch, e.prompt_id, e.generation_index), e.t)
+            if counts is not None:
+                counts.extend(point(e.t, len(attempts)))
 
         return dispatch
 
     def _hot_attempt_seal(self) -> Callable[[Any], None]:
         attempts, groups, key_of, state = self.attempts, self.groups, self.key, self
+        histories, counts, point = self.histories, self.flight_counts, FLIGHT_COUNT.pack
 
         def attempt_seal(e: Any) -> None:
             state.sealed_tokens += e.tokens
             attempt = attempts.pop(e.attempt_id, None)
+            if histories is not None:
+                histories.seal(e, e.run_id, attempt)
+            if attempt is not None and counts is not None:
+                counts.extend(point(e.t, len(attempts)))
             group = groups.get(e.group_id)
             if group is not None:
                 key = attempt[1] if attempt is not None else key_of(e)
@@ -259,13 +297,16 @@ class State:
         return attempt_seal
 
     def _attempt_end(self, e: Any) -> None:
-        self.attempts.pop(e.attempt_id, None)
+        if self.attempts.pop(e.attempt_id, None) is not None:
+            self._counted(e.t)
 
     def _group_reserve(self, e: Any) -> None:
         epoch = e.epoch if e.epoch is not None else 0
         self.groups[e.group_id] = Group(e.run_id, epoch, e.t)
         if e.epoch is not None:
             self.epochs[e.group_id] = e.epoch
+        if self.histories is not None:
+            self.histories.reserve(e, e.run_id)
 
     def _group_seal(self, e: Any) -> None:
         group = self.groups.get(e.group_id)
@@ -288,6 +329,8 @@ class State:
         if group is not None:
             self.carries.settled(e.group_id, group)
         self.epochs.pop(e.group_id, None)
+        if self.histories is not None:
+            self.histories.discard(e, e.run_id)
 
     def _train_step(self, e: Any) -> None:
         group_ids = self._step(e)
