@@ -15,7 +15,11 @@ setup(
         Extension(
             "otel_rollout._hot",
             sources=["otel_rollout/_hot.c"],
-            depends=["otel_rollout/_hot_line.h", "otel_rollout/_hot_number.h"],
+            depends=[
+                "otel_rollout/_hot_line.h",
+                "otel_rollout/_hot_number.h",
+                "otel_rollout/_hot_lanes.h",
+            ],
             optional=True,
         ),
     ]

@@ -2,7 +2,7 @@
  *
  * consume(chunk, pos, end, run_id, attempts, groups, epochs, group_type, kinds,
  *         watch_dispatch, watch_seal, trained, seals, waiting, histories, history_type,
- *         flight_counts)
+ *         flight_counts, lanes)
  *     -> (pos, lines, cold_end, last_t, tokens)
  *
  * Most of a trace is attempt.dispatch, attempt.seal, group.reserve, group.admit and
@@ -29,7 +29,9 @@
  * Where the pass keeps them (not None), the state's optional records change as its
  * Python handlers change them: every group's history (histories: History records,
  * analysis/history.py) and every change of the count of attempts in flight
- * (flight_counts: packed records.FLIGHT_COUNT points).
+ * (flight_counts: packed records.FLIGHT_COUNT points).  Where `lanes` is the timeline (not
+ * None), each hot line it handles is drawn as its handlers draw it (_hot_lanes.h), or
+ * left to the Python path.
  *
  * A line left to the Python path goes with every line after it up to the next line
  * that reads as a hot line, or up to and with the first line of another run:
@@ -46,6 +48,7 @@
 #include <Python.h>
 
 #include "_hot_line.h"
+#include "_hot_lanes.h"
 
 static PyObject *ATTEMPTS_NAME, *RUN_ID_NAME, *SEALED_TOKENS_NAME, *ZERO;
 static PyObject *RUN_NAME, *SEALED_NAME, *EPOCH_NAME, *PROMPT_ID_NAME, *RESERVED_NAME;
@@ -149,13 +152,6 @@ static int history_reserve(const Histories *h, PyObject *group_id, PyObject *run
     return result;
 }
 
-static PyObject *ascii(Str s)
-{
-    PyObject *text = PyUnicode_New(s.n, 127);
-    if (text != NULL)
-        memcpy(PyUnicode_DATA(text), s.p, s.n);
-    return text;
-}
 
 /* 1 if `key` is in one of `sets`, 0 if not, -1 on error. */
 static int watched(PyObject *sets, PyObject *key)
@@ -438,13 +434,14 @@ static PyObject *consume(PyObject *self, PyObject *args)
     PyObject *run_id, *attempts, *groups, *epochs, *group_type, *watch_dispatch, *watch_seal;
     PyObject *trained, *seals, *waiting, *counts;
     Histories h;
+    Lanes lanes = {0};
     int kinds;
-    if (!PyArg_ParseTuple(args, "y*nnUO!O!O!OiO!O!O!O!O!OOO", &chunk, &pos, &end, &run_id,
+    if (!PyArg_ParseTuple(args, "y*nnUO!O!O!OiO!O!O!O!O!OOOO", &chunk, &pos, &end, &run_id,
                           &PyDict_Type, &attempts, &PyDict_Type, &groups, &PyDict_Type,
                           &epochs, &group_type, &kinds, &PyTuple_Type, &watch_dispatch,
                           &PyTuple_Type, &watch_seal, &PySet_Type, &trained, &PyDict_Type,
                           &seals, &PyDict_Type, &waiting, &h.histories, &h.history_type,
-                          &counts))
+                          &counts, &lanes.source))
         return NULL;
     PyObject *result = NULL;
     if (pos < 0 || end > chunk.len || pos > end) {
@@ -479,6 +476,13 @@ static PyObject *consume(PyObject *self, PyObject *args)
         kind_of_stop = kind;
         if (kind == 0)
             break;
+        if (lanes.source != Py_None && kind != KIND_ADMIT) {
+            int may = lanes_may(&lanes, &line, kind);
+            if (may < 0)
+                goto done;
+            if (may == 0)
+                break;
+        }
         int applied;
         switch (kind) {
         case KIND_DISPATCH:
@@ -495,6 +499,8 @@ static PyObject *consume(PyObject *self, PyObject *args)
             goto done;
         if (applied == 0)
             break;
+        if (lanes.source != Py_None && kind != KIND_ADMIT && lanes_draw(&lanes, &line, kind) < 0)
+            goto done;
         if (kind == KIND_SEAL)
             tokens += line.tokens;
         if ((kind == KIND_DISPATCH || kind == KIND_SEAL) && counts != Py_None &&
@@ -524,9 +530,12 @@ static PyObject *consume(PyObject *self, PyObject *args)
             switched = line.other_run;
         }
     }
+    if (lanes_store(&lanes) < 0)
+        goto done;
     result = Py_BuildValue("nnndL", (Py_ssize_t)(p - base), lines, (Py_ssize_t)(cold - base),
                            last_t, tokens);
 done:
+    lanes_release(&lanes);
     PyBuffer_Release(&chunk);
     return result;
 }
@@ -535,7 +544,7 @@ static PyMethodDef methods[] = {
     {"consume", consume, METH_VARARGS,
      "consume(chunk, pos, end, run_id, attempts, groups, epochs, group_type, kinds, "
      "watch_dispatch, watch_seal, trained, seals, waiting, histories, history_type, "
-     "flight_counts) -> (pos, lines, cold_end, last_t, tokens): see analysis/hot.py."},
+     "flight_counts, lanes) -> (pos, lines, cold_end, last_t, tokens): see analysis/hot.py."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -558,7 +567,7 @@ PyMODINIT_FUNC PyInit__hot(void)
     RESERVED_NAME = PyUnicode_InternFromString("reserved");
     if (ATTEMPTS_NAME == NULL || RUN_ID_NAME == NULL || SEALED_TOKENS_NAME == NULL ||
         ZERO == NULL || RUN_NAME == NULL || SEALED_NAME == NULL || EPOCH_NAME == NULL ||
-        PROMPT_ID_NAME == NULL || RESERVED_NAME == NULL)
+        PROMPT_ID_NAME == NULL || RESERVED_NAME == NULL || lanes_init() < 0)
         return NULL;
     return PyModule_Create(&module);
 }

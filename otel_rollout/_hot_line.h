@@ -77,6 +77,15 @@ typedef struct {
     long long version[MOST_VERSIONS], version_tokens[MOST_VERSIONS];
 } Line;
 
+/* A string read_string gave (plain ASCII) as a Python str. */
+static PyObject *ascii(Str s)
+{
+    PyObject *text = PyUnicode_New(s.n, 127);
+    if (text != NULL)
+        memcpy(PyUnicode_DATA(text), s.p, s.n);
+    return text;
+}
+
 static inline const char *skip_ws(const char *p, const char *stop)
 {
     while (p < stop && (*p == ' ' || *p == '\t' || *p == '\r'))

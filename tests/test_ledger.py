@@ -312,7 +312,9 @@ def test_the_generator_makes_every_bucket():
     group (so the property test can fail)."""
     seen: defaultdict[str, int] = defaultdict(int)
 
-    @settings(max_examples=500)  # enough that the rarest bucket (a step redone) shows up
+    # Enough examples that the rarest bucket (a step redone) shows up, drawn the same way on
+    # every machine: drawn at random, 500 examples now and then missed it.
+    @settings(max_examples=500, derandomize=True)
     @given(traces())
     def collect(events):
         ledger = naive_ledger(events)

@@ -78,6 +78,13 @@ class Analysis:
         line in Python."""
         return None
 
+    def hot_lanes(self) -> hot.DrawsLanes | None:
+        """An object whose ``hot_*`` methods let the compiled path draw this analysis's
+        handlers of ``attempt.dispatch``, ``attempt.seal``, ``group.reserve`` and
+        ``group.seal`` in C (:class:`~otel_rollout.analysis.hot.DrawsLanes`): only the
+        timeline's engine lanes, which ``_hot_lanes.h`` mirrors.  None (the default)."""
+        return None
+
     def stop(self, stop: Stop) -> None:
         """A run stopped and another began (the new run's first event is next)."""
 

@@ -39,7 +39,7 @@ try:
 except ImportError:  # built without a C compiler: every line takes the Python path
     _consume = None
 
-__all__ = ["HOT_KINDS", "consumer", "enabled"]
+__all__ = ["HOT_KINDS", "LANES_KINDS", "DrawsLanes", "consumer", "enabled"]
 
 #: The kinds the compiled path reads, with the flag ``_hot.consume`` knows each by.
 HOT_KINDS = {
@@ -58,12 +58,34 @@ _ATTEMPTS = HOT_KINDS["attempt.dispatch"] | HOT_KINDS["attempt.seal"]
 enabled = _consume is not None and config.COMPILED_PASS.resolve()
 
 
+class DrawsLanes(Protocol):
+    """An analysis whose handlers of the hot kinds the compiled path mirrors in C: the
+    timeline's engine lanes (``_hot_lanes.h`` says what it draws; the timeline's
+    ``hot_*`` methods say what each call gives and takes)."""
+
+    def hot_sync(self) -> tuple[Any, ...] | None: ...
+
+    def hot_store(
+        self, dirty: bool, changed_at: float, generating: int, sealed: int, fast: int
+    ) -> None: ...
+
+    def hot_tick(self, t: float) -> tuple[float, bool]: ...
+
+    def hot_lane(self) -> int: ...
+
+
+#: The kinds whose handlers a :class:`DrawsLanes` analysis has mirrored in C.
+LANES_KINDS = frozenset({"attempt.dispatch", "attempt.seal", "group.reserve", "group.seal"})
+
+
 class Handles(Protocol):
-    """What the compiled path asks of an analysis (:class:`~.engine.Analysis` has both)."""
+    """What the compiled path asks of an analysis (:class:`~.engine.Analysis` has all)."""
 
     def handlers(self) -> Mapping[str, Callable[[Any], None]]: ...
 
     def hot_keys(self) -> Mapping[str, Collection[Key]] | None: ...
+
+    def hot_lanes(self) -> DrawsLanes | None: ...
 
 
 def consumer(
@@ -79,11 +101,15 @@ def consumer(
         return None
     flags = 0
     watch: dict[str, list[Collection[Any]]] = {kind: [] for kind in HOT_KINDS}
+    drawers = [(a, lanes) for a in analyses if (lanes := a.hot_lanes()) is not None]
+    if len(drawers) > 1:
+        return None  # the C side draws for one
+    drawer, lanes = drawers[0] if drawers else (None, None)
     for kind, flag in HOT_KINDS.items():
         if kinds is not None and kind not in kinds:
             continue
         for analysis in analyses:
-            if kind not in analysis.handlers():
+            if kind not in analysis.handlers() or (analysis is drawer and kind in LANES_KINDS):
                 continue
             keys = (analysis.hot_keys() or {}).get(kind)
             if keys is None:  # this analysis must see every event of the kind
@@ -109,6 +135,7 @@ def consumer(
         pos, lines, cold_end, last_t, tokens = consume(
             chunk, pos, end, run.run_id, attempts, groups, epochs, Group, flags,
             watch_dispatch, watch_seal, trained, seals, waiting, histories, History, counts,
+            lanes,
         )  # fmt: skip
         if lines:
             counted(lines)

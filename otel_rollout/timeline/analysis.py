@@ -4,7 +4,8 @@ package's docstring for what is drawn).
 :class:`Timeline` chooses the runs drawn, keeps the counters' clock and draws the
 trainer and the weights; the attempts are drawn on the engine lanes by
 :mod:`.lanes`, a run's lanes, refits and segments are kept by :mod:`.runs`, the cuts
-are :mod:`.cuts` and the output format :mod:`.trace_events`."""
+are :mod:`.cuts` and the output format :mod:`.trace_events`; :mod:`.compiled` lets the
+compiled path draw the commonest lines as the handlers here do."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import msgspec
 from ..analysis import Analysis
 from ..analysis.state import Run
 from ..render.words import counted
+from .compiled import CompiledLanes
 from .cuts import StepRange, Window, step_start
 from .lanes import EngineLanes, micros
 from .runs import RunView
@@ -49,7 +51,7 @@ class TimelineSummary:
         )
 
 
-class Timeline(Analysis):
+class Timeline(CompiledLanes, Analysis):
     """Writes the trace-event timeline as the pass reads the file (an analysis of the pass).
 
     ``runs(index, run_id)`` picks the runs to draw (all by default); ``windows``
