@@ -52,6 +52,19 @@
 
 static PyObject *ATTEMPTS_NAME, *RUN_ID_NAME, *SEALED_TOKENS_NAME, *ZERO;
 static PyObject *RUN_NAME, *SEALED_NAME, *EPOCH_NAME, *PROMPT_ID_NAME, *RESERVED_NAME;
+static PyObject *SYS_INTERN;
+
+/* *text replaced by its interned string, as the Python path's sys.intern makes it (not
+ * PyUnicode_InternInPlace: from Python 3.12 its strings are never freed, sys.intern's are
+ * from 3.13).  -1 on error. */
+static int intern(PyObject **text)
+{
+    PyObject *interned = PyObject_CallOneArg(SYS_INTERN, *text);
+    if (interned == NULL)
+        return -1;
+    Py_SETREF(*text, interned);
+    return 0;
+}
 
 /* The groups' histories a pass keeps (analysis/history.py), or histories == None. */
 typedef struct {
@@ -80,7 +93,10 @@ static PyObject *history_of(const Histories *h, PyObject *group_id, PyObject *ru
     if (PyErr_Occurred())
         return NULL;
     PyObject *key = Py_NewRef(group_id);
-    PyUnicode_InternInPlace(&key);
+    if (intern(&key) < 0) {
+        Py_DECREF(key);
+        return NULL;
+    }
     record = PyObject_CallOneArg(h->history_type, run_id);
     if (record != NULL && PyDict_SetItem(h->histories, key, record) < 0)
         Py_CLEAR(record);
@@ -392,8 +408,8 @@ static int group_seal(const Line *line, PyObject *groups, PyObject *trained, PyO
     int known = PyDict_Contains(seals, group_id);
     if (known < 0)
         goto done;
-    if (!known) /* one string a group for every record (as State._seal_counts) */
-        PyUnicode_InternInPlace(&group_id);
+    if (!known && intern(&group_id) < 0) /* one string a group (as State._seal_counts) */
+        goto done;
     tokens = PyLong_FromLongLong(line->tokens);
     counts = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)line->versions * 16);
     if (tokens == NULL || counts == NULL)
@@ -560,6 +576,11 @@ PyMODINIT_FUNC PyInit__hot(void)
     RUN_ID_NAME = PyUnicode_InternFromString("run_id");
     SEALED_TOKENS_NAME = PyUnicode_InternFromString("sealed_tokens");
     ZERO = PyLong_FromLong(0);
+    PyObject *sys = PyImport_ImportModule("sys");
+    SYS_INTERN = sys != NULL ? PyObject_GetAttrString(sys, "intern") : NULL;
+    Py_XDECREF(sys);
+    if (SYS_INTERN == NULL)
+        return NULL;
     RUN_NAME = PyUnicode_InternFromString("run");
     SEALED_NAME = PyUnicode_InternFromString("sealed");
     EPOCH_NAME = PyUnicode_InternFromString("epoch");

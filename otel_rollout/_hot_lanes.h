@@ -18,7 +18,8 @@
  * the state is changed): a run whose weight version is not known yet, an attempt
  * dispatched again while in flight, a seal that ends in segments (refits, a cut window,
  * a resumed attempt) or of an attempt not in flight.  The view's numbers are read once a
- * call (hot_sync) and handed back (hot_store) before any Python code runs and at the end.
+ * call (hot_sync) and handed back (hot_store) before any of the Timeline's code runs
+ * (hot_tick, hot_lane) and at the end of the call.
  */
 #ifndef OTEL_ROLLOUT_HOT_LANES_H
 #define OTEL_ROLLOUT_HOT_LANES_H
@@ -108,13 +109,18 @@ static int lanes_sync(Lanes *l)
     int ok = as_long(v[3], &l->pid) > 0 && as_long(v[6], &l->refit_count) > 0 &&
              as_long(v[11], &l->generating) > 0 && as_long(v[12], &l->sealed) > 0 &&
              as_long(v[14], &l->chunk) > 0;
-    l->whole = PyObject_IsTrue(v[4]);
-    l->version_known = PyObject_IsTrue(v[5]);
-    l->dirty = PyObject_IsTrue(v[9]);
-    l->t0 = PyFloat_AsDouble(v[7]);
-    l->due = PyFloat_AsDouble(v[8]);
-    l->changed_at = PyFloat_AsDouble(v[10]);
-    if (PyErr_Occurred() || !ok || l->whole < 0 || l->version_known < 0 || l->dirty < 0) {
+    if (ok) { /* (nothing more is called once an error is set) */
+        l->whole = PyObject_IsTrue(v[4]);
+        l->version_known = PyObject_IsTrue(v[5]);
+        l->dirty = PyObject_IsTrue(v[9]);
+        ok = l->whole >= 0 && l->version_known >= 0 && l->dirty >= 0;
+    }
+    if (ok) {
+        l->t0 = PyFloat_AsDouble(v[7]);
+        l->due = PyFloat_AsDouble(v[8]);
+        l->changed_at = PyFloat_AsDouble(v[10]);
+    }
+    if (!ok || PyErr_Occurred()) {
         Py_DECREF(view);
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_TypeError, "hot_sync: a number out of range");
@@ -227,7 +233,9 @@ static int lanes_slice(Lanes *l, const Line *line, double start, long long lane,
 {
     long long ts = micros(start - l->t0), end = micros(line->t - l->t0);
     const char *colour = PALETTE[version % 8];
-    Py_ssize_t most = 300 + line->attempt_id.n + line->group_id.n;
+    /* 154 bytes of keys and punctuation, 26 of the longest colour, 7 integers of at most 20
+     * characters each (a sign and 19 digits): 320 bytes past the two IDs. */
+    Py_ssize_t most = 320 + line->attempt_id.n + line->group_id.n;
     PyObject *bytes = PyBytes_FromStringAndSize(NULL, most);
     if (bytes == NULL)
         return -1;

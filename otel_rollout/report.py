@@ -54,7 +54,8 @@ class ReportSeries(Analysis):
 
     kinds = frozenset({"attempt.dispatch", "attempt.resume", "train.step", "group.seal", *_ENDS})
     #: The attempts in flight: every change the shared state counted (on the compiled
-    #: path too), taken at each step and at the end.
+    #: path too), taken at each step, at the end, and whenever they pass a megabyte.  (The
+    #: attempt kinds stay in ``kinds`` above so that the state follows them.)
     keeps_flight_counts = True
 
     def __init__(self, data: ReportData) -> None:
@@ -110,11 +111,15 @@ class ReportSeries(Analysis):
     def handlers(self) -> Mapping[str, Callable[[Any], None]]:
         return {"train.step": self._step}
 
-    def _take_flight_counts(self) -> None:
+    def _counts(self) -> bytearray:
+        counts = self.state.flight_counts
+        assert counts is not None, "the engine keeps them: keeps_flight_counts"
+        return counts
+
+    def take_flight_counts(self, counts: bytearray) -> None:
         """Fold the changes of attempts in flight the state counted since the last call
         into the buckets (each as :meth:`_point` would, the commonest case inline: a
-        change inside the last bucket)."""
-        counts = self.state.flight_counts
+        change inside the last bucket), and clear them."""
         if not counts:
             return
         buckets, point = self.data.in_flight, self._point
@@ -137,7 +142,7 @@ class ReportSeries(Analysis):
         counts.clear()
 
     def _step(self, e: Any) -> None:
-        self._take_flight_counts()  # memory: the changes between two steps
+        self.take_flight_counts(self._counts())  # (at most a megabyte of them)
         age = self.state.shown_age(e)
         if age is not None:
             if math.isfinite(age):
@@ -146,7 +151,7 @@ class ReportSeries(Analysis):
                 self.data.steps_off_chart += 1
 
     def result(self) -> ReportData:
-        self._take_flight_counts()
+        self.take_flight_counts(self._counts())
         data = self.data
         for run in self.state.runs:
             span = data.runs.setdefault(run.run_id, [run.first_t, run.last_t])

@@ -263,8 +263,8 @@ def _carried(
 
     for move in moved:
         donor = histories.get(move.donor)
-        if donor is None or donor.sealed is None:
-            continue
+        if move.donor not in touched and (donor is None or donor.sealed is None):
+            continue  # (a donor an earlier move gave work to holds it, whatever it sealed)
         if move.group not in histories:
             received.setdefault(move.group, History(move.run))
         left, taken = held(move.donor), held(move.group)

@@ -506,3 +506,47 @@ def test_a_group_sealed_into_by_the_next_run_belongs_to_that_run_either_way(
     on, off, _, _ = both_paths(monkeypatch, path, lambda: [StalenessAnalysis(), Probe()])
     assert applied[-1][1] == 2  # run b's dispatch and seal: the compiled path's, once b began
     assert on[1]["histories"] == off[1]["histories"] == {"g": ("b", None, 3, 7, 2.0, [9, 500])}
+
+
+def test_a_file_of_attempts_and_no_step_keeps_its_flight_counts_bounded(tmp_path, monkeypatch):
+    """A file of dispatches and seals with no step: the report's series takes the changes
+    of attempts in flight whenever they pass the bound, on both paths, and draws the same
+    buckets as with the bound out of reach."""
+    from otel_rollout.analysis import state as state_module
+
+    lines = ['{"t":1,"run_id":"r","event":"run.start","schema":1,"pid":1}']
+    ids = '"group_id":"g","prompt_id":1,"generation_index":0'
+    for i in range(3_000):
+        t = 2 + i / 100
+        lines.append(f'{{"t":{t},"run_id":"r","event":"attempt.dispatch","attempt_id":"a{i}",'
+                     f'{ids},"weight_version":0}}')  # fmt: skip
+        lines.append(f'{{"t":{t + 0.005},"run_id":"r","event":"attempt.seal","attempt_id":"a{i}",'
+                     f'{ids},"tokens":3}}')  # fmt: skip
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    drawn = {}
+    for held in (1 << 40, 1024):
+        monkeypatch.setattr(state_module, "FLIGHT_COUNTS_HELD", held)
+        monkeypatch.setattr(hot, "FLIGHT_COUNTS_HELD", held)
+        for on in (True, False):
+            monkeypatch.setattr(hot, "enabled", on)
+            series = ReportSeries(ReportData(str(path)))
+            taken: list[int] = []
+            take = series.take_flight_counts
+            series.take_flight_counts = lambda c, take=take, taken=taken: (  # type: ignore
+                taken.append(len(c)), take(c)
+            )[1]
+            run_file(path, [series])
+            drawn[held, on] = series.data.in_flight
+            # at most a block's (or a batch's) worth past the bound: ~1,000 lines, 16 KB
+            assert max(taken) < held + 32_000 and (held > 1024 or len(taken) > 3), taken
+    monkeypatch.setattr(hot, "enabled", True)
+    assert len({str(v) for v in drawn.values()}) == 1 and len(drawn[1024, True]) > 100
+
+
+def test_one_analysis_of_a_pass_may_keep_the_flight_counts():
+    """Two would split the changes between them: the engine refuses the second."""
+    from otel_rollout.analysis import Engine
+
+    with pytest.raises(ValueError, match="one analysis"):
+        Engine([ReportSeries(ReportData("a")), ReportSeries(ReportData("b"))], print)

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from test_hot import _write
 
 from otel_rollout.analysis import hot, run_file
+from otel_rollout.cost import CostAnalysis
 from otel_rollout.testing import TraceBuilder, synthetic_trace
 from otel_rollout.timeline import Timeline, TraceEventWriter
 
@@ -99,15 +100,19 @@ def busy_runs(seed: int) -> list[dict[str, Any]]:
     return b.events
 
 
-def drawn(monkeypatch: Any, path: Path, on: bool, **options: Any) -> tuple[bytes, Any, list]:
-    """The timeline's bytes, summary and warnings, with the compiled path or without."""
+def drawn(
+    monkeypatch: Any, path: Path, on: bool, *, cost: bool = False, **options: Any
+) -> tuple[Any, ...]:
+    """The timeline's bytes, summary and warnings (and ``cost``'s report beside it), with
+    the compiled path or without."""
     monkeypatch.setattr(hot, "enabled", on)
     out = io.BytesIO()
     warned: list[Any] = []
     timeline = Timeline(TraceEventWriter(out, chunk=7), **options)  # small chunks: many flushes
-    [summary] = run_file(path, [timeline], on_warning=lambda n, what: warned.append((n, what)))
+    analyses: list[Any] = [CostAnalysis(), timeline] if cost else [timeline]
+    found = run_file(path, analyses, on_warning=lambda n, what: warned.append((n, what)))
     monkeypatch.setattr(hot, "enabled", True)
-    return out.getvalue(), summary, warned
+    return out.getvalue(), found[-1], warned, found[0].report() if cost else None
 
 
 @pytest.fixture
@@ -126,18 +131,21 @@ def applied(monkeypatch) -> list[int]:
 
 
 CUTS = st.sampled_from(["all", "second run", "a window", "first run's window"])
+#: With cost beside it, some lines the timeline would draw are ones the state leaves to the
+#: Python path (cost watches their rollouts): nothing of them may be drawn in C.
+WITH_COST = st.booleans()
 FIXTURES = [HealthCheck.function_scoped_fixture]  # each example writes its own file
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=FIXTURES)
 @given(st.integers(0, 2**32), st.sampled_from([0.0, 0.1, 0.5]), CUTS,
-       st.sampled_from([0.0, 0.002, 0.05, 10.0]))  # fmt: skip
+       st.sampled_from([0.0, 0.002, 0.05, 10.0]), WITH_COST)  # fmt: skip
 def test_busy_runs_draw_the_same_timeline_either_way(
-    tmp_path, monkeypatch, applied, seed, odd, cut, resolution
+    tmp_path, monkeypatch, applied, seed, odd, cut, resolution, cost
 ):
     """Random busy runs, some lines written in hostile ways, drawn whole or cut to a run or
-    a window of time, with any counter resolution: the compiled path writes the same
-    bytes, summary and warnings as the Python path."""
+    a window of time, with any counter resolution, alone or beside cost: the compiled path
+    writes the same bytes, summary and warnings (and cost) as the Python path."""
     events = busy_runs(seed)
     path = _write(tmp_path / f"b{seed}.jsonl", events, seed, odd)
     options: dict[str, Any] = {"counter_resolution": resolution}
@@ -147,10 +155,10 @@ def test_busy_runs_draw_the_same_timeline_either_way(
         times = [e["t"] for e in events if e["run_id"] == events[0]["run_id"]]
         middle = times[len(times) // 3], times[2 * len(times) // 3]
         options["windows"] = {events[0]["run_id"]: middle if cut == "a window" else (None, 1e18)}
-    on = drawn(monkeypatch, path, True, **options)
-    off = drawn(monkeypatch, path, False, **options)
+    on = drawn(monkeypatch, path, True, cost=cost, **options)
+    off = drawn(monkeypatch, path, False, cost=cost, **options)
     assert on[0] == off[0]
-    assert on[1] == off[1] and on[2] == off[2]
+    assert on[1:] == off[1:]
 
 
 def test_most_lines_of_a_busy_run_are_drawn_in_c(tmp_path, monkeypatch, applied):
@@ -161,6 +169,22 @@ def test_most_lines_of_a_busy_run_are_drawn_in_c(tmp_path, monkeypatch, applied)
     on, off = drawn(monkeypatch, path, True), drawn(monkeypatch, path, False)
     assert on == off and on[1].attempts > 10 and max(on[1].lanes.values()) > 1
     assert sum(applied) > 0.5 * len(events)
+
+
+def test_a_timeline_that_draws_otherwise_is_drawn_in_python(tmp_path, monkeypatch, applied):
+    """A subclass with its own seal handler is not drawn by the compiled path (which mirrors
+    only the timeline's own): every line of its pass is read in Python."""
+
+    class Marked(Timeline):
+        def _seal(self, e: Any) -> None:
+            super()._seal(e)
+
+    path = _write(tmp_path / "b.jsonl", busy_runs(3), 3, 0.0)
+    assert Timeline(TraceEventWriter(io.BytesIO())).hot_lanes() is not None
+    timeline = Marked(TraceEventWriter(io.BytesIO()))
+    assert timeline.hot_lanes() is None
+    run_file(path, [timeline])
+    assert not any(applied)
 
 
 def test_the_bench_timeline_is_the_same_either_way(tmp_path):

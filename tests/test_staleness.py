@@ -163,6 +163,25 @@ def test_outcomes_add_up_to_the_ledger(events):
     assert {o: n for o, n in tokens.items() if n} == ledger["wasted"]
 
 
+def test_work_carried_twice_follows_the_last_group():
+    """A rollout one run sealed, carried by the next run's group and by the run after's
+    into a group a step trains, is trained, as in the ledger."""
+    b = TraceBuilder(run_id="r1", dt=0.5)
+    ids = {"prompt_id": 1, "size": 1, "weight_version": 0, "epoch": 0}
+    b.event("group.reserve", group_id="A", **ids)
+    attempt = {"attempt_id": "x", "group_id": "A", "prompt_id": 1, "generation_index": 0}
+    b.event("attempt.dispatch", **attempt, weight_version=0)
+    b.event("attempt.seal", **attempt, tokens=10)
+    for run, group in (("r2", "B"), ("r3", "C")):  # each stops with its group in flight
+        b.new_run(run)
+        b.event("group.reserve", group_id=group, **ids)
+        b.event("group.seal", group_id=group, prompt_id=1, tokens=10)
+    b.step(0, trained_version=1, group_ids=["C"])
+    outcomes = staleness(b.events).record()["length_bias"]["outcomes"]
+    assert {o: v["tokens"] for o, v in outcomes.items()} == {TRAINED: 10}
+    assert analyze(b.events).ledger["trained"] == 10
+
+
 @given(traces())
 def test_asking_for_the_result_again_gives_the_same(events):
     """The result is read, not consumed: a second call (as a live view would make) reports

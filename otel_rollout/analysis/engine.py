@@ -49,7 +49,8 @@ class Analysis:
     * ``keeps_flight_counts``: the shared state keeps every change of the count of
       attempts in flight (:attr:`State.flight_counts
       <otel_rollout.analysis.state.State.flight_counts>`), on the compiled path too,
-      until the analysis takes them (and clears them: one analysis of a pass may).
+      and hands them to :meth:`take_flight_counts` once they pass a megabyte; the
+      analysis takes the rest itself when it likes (one analysis of a pass may).
 
     :attr:`state` (:class:`~otel_rollout.analysis.state.State`) is shared by
     every analysis of the pass and set before the first event.
@@ -77,6 +78,11 @@ class Analysis:
         default): it sees every event of the kinds it handles, and the pass reads every
         line in Python."""
         return None
+
+    def take_flight_counts(self, counts: bytearray) -> None:
+        """Fold the packed changes of attempts in flight (``records.FLIGHT_COUNT``) and clear
+        ``counts`` (only for an analysis with ``keeps_flight_counts``)."""
+        raise NotImplementedError
 
     def hot_lanes(self) -> hot.DrawsLanes | None:
         """An object whose ``hot_*`` methods let the compiled path draw this analysis's
@@ -110,7 +116,7 @@ class Engine:
             if analysis.keeps_histories:
                 self.state.keep_histories()
             if analysis.keeps_flight_counts:
-                self.state.keep_flight_counts()
+                self.state.keep_flight_counts(analysis.take_flight_counts)
             if analysis.kinds is None or kinds is None:
                 kinds = None
             else:
@@ -179,6 +185,7 @@ class Engine:
                         handlers(e)
             if run is not None:  # the state is whole between batches
                 run.last_t = last_t
+            state.bound_flight_counts()
 
     def feed_events(self, stream: Iterable[Any]) -> None:
         """As :meth:`feed`, for events in memory (dicts or the schema's structs), checked

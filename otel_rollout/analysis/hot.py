@@ -32,7 +32,7 @@ from .. import config
 from ..reader import HotPath
 from .history import History
 from .records import Group, Key
-from .state import State
+from .state import FLIGHT_COUNTS_HELD, State
 
 try:
     from .._hot import consume as _consume
@@ -137,6 +137,8 @@ def consumer(
             watch_dispatch, watch_seal, trained, seals, waiting, histories, History, counts,
             lanes,
         )  # fmt: skip
+        if counts is not None and len(counts) >= FLIGHT_COUNTS_HELD:
+            state.bound_flight_counts()
         if lines:
             counted(lines)
             state.sealed_tokens += tokens

@@ -78,6 +78,9 @@ def ended_run_writes(run_id: str, root: str) -> str:
 
 Warn = Callable[[Any, str], None]  # (the event, the problem)
 
+#: Bytes of flight counts (64k changes) past which their analysis takes them.
+FLIGHT_COUNTS_HELD = 1 << 20
+
 #: The kinds that put attempts and groups in flight, or take them out.
 _IN_FLIGHT = frozenset(
     {"attempt.dispatch", "attempt.resume", "attempt.seal", "attempt.refuse",
@@ -125,6 +128,7 @@ class State:
         #: (:meth:`keep_flight_counts`): a dispatch or resume, the end of an attempt in
         #: flight, a stop that ended some.
         self.flight_counts: bytearray | None = None
+        self._take_flight_counts: Callable[[bytearray], None] = lambda counts: None
         self._apply: dict[str, Callable[[Any], None]] = {
             "attempt.dispatch": self._hot_dispatch(),
             "attempt.resume": self._hot_dispatch(),
@@ -141,18 +145,30 @@ class State:
         }
 
     def keep_histories(self) -> None:
-        """Keep every group's history (:attr:`histories`) from the next event on."""
+        """Keep every group's history (:attr:`histories`); called before the engine builds
+        its table of handlers."""
         if self.histories is None:
             self.histories = Histories()
             self._apply["attempt.seal"] = self._hot_attempt_seal()
 
-    def keep_flight_counts(self) -> None:
-        """Keep every change of the count of attempts in flight (:attr:`flight_counts`)
-        from the next event on."""
-        if self.flight_counts is None:
-            self.flight_counts = bytearray()
-            self._apply["attempt.dispatch"] = self._apply["attempt.resume"] = self._hot_dispatch()
-            self._apply["attempt.seal"] = self._hot_attempt_seal()
+    def keep_flight_counts(self, take: Callable[[bytearray], None]) -> None:
+        """Keep every change of the count of attempts in flight (:attr:`flight_counts`), for
+        ``take`` (one analysis of the pass: it folds and clears them).  Called before the
+        engine builds its table of handlers."""
+        if self.flight_counts is not None:
+            raise ValueError("one analysis of a pass may keep the flight counts")
+        self.flight_counts = bytearray()
+        self._take_flight_counts = take
+        self._apply["attempt.dispatch"] = self._apply["attempt.resume"] = self._hot_dispatch()
+        self._apply["attempt.seal"] = self._hot_attempt_seal()
+
+    def bound_flight_counts(self) -> None:
+        """Hand the flight counts to their analysis once they pass :data:`FLIGHT_COUNTS_HELD`
+        bytes (the engine asks after each batch, the compiled path after each call): a file
+        of attempts and no steps would otherwise hold 16 bytes a line."""
+        counts = self.flight_counts
+        if counts is not None and len(counts) >= FLIGHT_COUNTS_HELD:
+            self._take_flight_counts(counts)
 
     def _counted(self, t: float) -> None:
         """A change of the count of attempts in flight at ``t``, if they are kept."""

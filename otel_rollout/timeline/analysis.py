@@ -27,6 +27,14 @@ from .trace_events import TRAINER_TID, WEIGHTS_TID, TraceEventWriter
 
 __all__ = ["Timeline", "TimelineSummary"]
 
+#: The handlers ``_hot_lanes.h`` mirrors, by kind.
+_MIRRORED_KINDS = {
+    "attempt.dispatch": "_dispatch",
+    "attempt.seal": "_seal",
+    "group.reserve": "_group_reserve",
+    "group.seal": "_group_seal",
+}
+
 @dataclass
 class TimelineSummary:
     """What the timeline holds."""
@@ -105,6 +113,17 @@ class Timeline(CompiledLanes, Analysis):
             "checkpoint.restore": self._checkpoint,
             "run.start": self._run_start,
         }
+
+    def hot_lanes(self) -> CompiledLanes | None:
+        """This timeline, for the compiled path to draw the commonest lines, if they would be
+        drawn as ``_hot_lanes.h`` draws them: by these handlers and engine lanes, not a
+        subclass's."""
+        mirrored = ("_at", "_tick", "_dispatch", "_seal", "_group_reserve", "_group_seal")
+        same = all(getattr(type(self), name) is getattr(Timeline, name) for name in mirrored)
+        handlers = self.handlers()
+        ours = all(getattr(handlers[k], "__func__", None) is getattr(Timeline, name)
+                   for k, name in _MIRRORED_KINDS.items())  # fmt: skip
+        return self if same and ours and type(self.lanes) is EngineLanes else None
 
     def _run_start(self, e: Any) -> None:
         """A run with nothing else drawn is still a run: its process."""

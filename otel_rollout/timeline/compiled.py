@@ -4,8 +4,8 @@ hands back, as :class:`~otel_rollout.analysis.hot.DrawsLanes` asks.
 The compiled path draws the commonest lines (dispatches, seals, reservations, group seals)
 as :class:`~otel_rollout.timeline.analysis.Timeline`'s handlers do: it reads the run's
 view once a call (:meth:`CompiledLanes.hot_sync`), keeps its numbers while it draws, and
-hands them back (:meth:`CompiledLanes.hot_store`) before any Python code runs and at the
-end of the call.  A test draws random busy runs both ways and compares the bytes.
+hands them back (:meth:`CompiledLanes.hot_store`) before any of the Timeline's code runs
+and at the end of the call.  A test draws random busy runs both ways and compares the bytes.
 """
 
 from __future__ import annotations
@@ -38,8 +38,6 @@ class CompiledLanes:
     def _tick(self, rv: RunView, t: float) -> None:
         raise NotImplementedError
 
-    def hot_lanes(self) -> CompiledLanes:
-        return self
 
     def hot_sync(self) -> tuple[Any, ...] | None:
         """The view of the state's run (switched to it if need be, as a handler would):
