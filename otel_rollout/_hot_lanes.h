@@ -5,8 +5,9 @@
  * path applies to the state is drawn here as the Timeline's handlers draw it
  * (timeline/analysis.py, timeline/lanes.py):
  *
- *   - every such line first brings the counters up to its time (hot_tick once it reaches
- *     the due time);
+ *   - every such line first brings the counters up to its time once it reaches the due
+ *     time (sampled here once the run's counters have begun; their first sample is
+ *     hot_tick's);
  *   - a dispatch takes the lowest free lane (heapq, or hot_lane for a new one) and goes in
  *     flight: (t, lane, weight_version, refit_count, None, group_id);
  *   - a seal of an attempt in flight that no refit touched, in a run drawn whole, ends its
@@ -45,8 +46,8 @@ typedef struct {
     PyObject *id;     /* the line's attempt_id, from lanes_may to lanes_draw */
     PyObject *flight, *free, *groups, *buf, *flush;
     long long pid, refit_count, chunk, generating, sealed, fast;
-    int whole, version_known, dirty;
-    double t0, due, changed_at;
+    int whole, version_known, dirty, opened;
+    double t0, due, changed_at, end, resolution;
 } Lanes;
 
 static int lanes_init(void)
@@ -92,9 +93,9 @@ static int lanes_sync(Lanes *l)
         l->state = -1;
         return 0;
     }
-    if (!PyTuple_CheckExact(view) || PyTuple_GET_SIZE(view) != 16) {
+    if (!PyTuple_CheckExact(view) || PyTuple_GET_SIZE(view) != 19) {
         Py_DECREF(view);
-        PyErr_SetString(PyExc_TypeError, "hot_sync must give a 16-tuple or None");
+        PyErr_SetString(PyExc_TypeError, "hot_sync must give a 19-tuple or None");
         return -1;
     }
     PyObject **v = &PyTuple_GET_ITEM(view, 0);
@@ -113,12 +114,15 @@ static int lanes_sync(Lanes *l)
         l->whole = PyObject_IsTrue(v[4]);
         l->version_known = PyObject_IsTrue(v[5]);
         l->dirty = PyObject_IsTrue(v[9]);
-        ok = l->whole >= 0 && l->version_known >= 0 && l->dirty >= 0;
+        l->opened = PyObject_IsTrue(v[16]);
+        ok = l->whole >= 0 && l->version_known >= 0 && l->dirty >= 0 && l->opened >= 0;
     }
     if (ok) {
         l->t0 = PyFloat_AsDouble(v[7]);
         l->due = PyFloat_AsDouble(v[8]);
         l->changed_at = PyFloat_AsDouble(v[10]);
+        l->end = PyFloat_AsDouble(v[17]);
+        l->resolution = PyFloat_AsDouble(v[18]);
     }
     if (!ok || PyErr_Occurred()) {
         Py_DECREF(view);
@@ -137,7 +141,7 @@ static int lanes_store(Lanes *l)
 {
     if (l->state != 1)
         return 0;
-    PyObject *r = PyObject_CallMethod(l->source, "hot_store", "OdLLL",
+    PyObject *r = PyObject_CallMethod(l->source, "hot_store", "dOdLLL", l->due,
                                       l->dirty ? Py_True : Py_False, l->changed_at,
                                       l->generating, l->sealed, l->fast);
     if (r == NULL)
@@ -201,6 +205,28 @@ static long long micros(double seconds)
     return (long long)(seconds * 1e6);
 }
 
+/* A raw trace event (JSON text) into the writer's buffer, flushed at its chunk. */
+static int lanes_add(Lanes *l, const char *text, Py_ssize_t n)
+{
+    PyObject *bytes = PyBytes_FromStringAndSize(text, n);
+    if (bytes == NULL)
+        return -1;
+    PyObject *raw = PyObject_CallOneArg(RAW, bytes);
+    Py_DECREF(bytes);
+    if (raw == NULL || PyList_Append(l->buf, raw) < 0) {
+        Py_XDECREF(raw);
+        return -1;
+    }
+    Py_DECREF(raw);
+    if (PyList_GET_SIZE(l->buf) >= l->chunk) {
+        PyObject *r = PyObject_CallNoArgs(l->flush);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+    }
+    return 0;
+}
+
 /* Text appended at *p (the caller leaves room for it). */
 static inline char *put(char *p, const char *text, size_t n)
 {
@@ -236,10 +262,13 @@ static int lanes_slice(Lanes *l, const Line *line, double start, long long lane,
     /* 154 bytes of keys and punctuation, 26 of the longest colour, 7 integers of at most 20
      * characters each (a sign and 19 digits): 320 bytes past the two IDs. */
     Py_ssize_t most = 320 + line->attempt_id.n + line->group_id.n;
-    PyObject *bytes = PyBytes_FromStringAndSize(NULL, most);
-    if (bytes == NULL)
+    char stack[512];
+    char *text = most <= (Py_ssize_t)sizeof stack ? stack : PyMem_Malloc((size_t)most);
+    if (text == NULL) {
+        PyErr_NoMemory();
         return -1;
-    char *p = PyBytes_AS_STRING(bytes);
+    }
+    char *p = text;
     p = PUT(p, "{\"ph\":\"X\",\"name\":\"v");
     p = put_int(p, version);
     p = PUT(p, "\",\"cat\":\"attempt\",\"ts\":");
@@ -261,21 +290,71 @@ static int lanes_slice(Lanes *l, const Line *line, double start, long long lane,
     p = PUT(p, ",\"version\":");
     p = put_int(p, version);
     p = PUT(p, "}}");
-    if (_PyBytes_Resize(&bytes, p - PyBytes_AS_STRING(bytes)) < 0)
+    int result = lanes_add(l, text, p - text);
+    if (text != stack)
+        PyMem_Free(text);
+    if (result == 0)
+        l->fast++;
+    return result;
+}
+
+/* Timeline._counters: the attempts and groups in flight at t (each line 140 bytes at
+ * most: 70 of text, four integers of at most 20 characters). */
+static int lanes_counters(Lanes *l, double t)
+{
+    char text[160], *p = text;
+    long long ts = micros(t - l->t0);
+    p = PUT(p, "{\"ph\":\"C\",\"name\":\"attempts in flight\",\"ts\":");
+    p = put_int(p, ts);
+    p = PUT(p, ",\"pid\":");
+    p = put_int(p, l->pid);
+    p = PUT(p, ",\"tid\":0,\"args\":{\"attempts\":");
+    p = put_int(p, (long long)PyDict_GET_SIZE(l->flight));
+    p = PUT(p, "}}");
+    if (lanes_add(l, text, p - text) < 0)
         return -1;
-    PyObject *raw = PyObject_CallOneArg(RAW, bytes);
-    Py_DECREF(bytes);
-    if (raw == NULL || PyList_Append(l->buf, raw) < 0) {
-        Py_XDECREF(raw);
-        return -1;
+    p = text;
+    p = PUT(p, "{\"ph\":\"C\",\"name\":\"groups in flight\",\"ts\":");
+    p = put_int(p, ts);
+    p = PUT(p, ",\"pid\":");
+    p = put_int(p, l->pid);
+    p = PUT(p, ",\"tid\":0,\"args\":{\"generating\":");
+    p = put_int(p, l->generating);
+    p = PUT(p, ",\"sealed\":");
+    p = put_int(p, l->sealed);
+    p = PUT(p, "}}");
+    return lanes_add(l, text, p - text);
+}
+
+/* Timeline._tick, once t reached the due time: a run whose counters have begun samples
+ * the last change here; the first sample of a run is the Timeline's (hot_tick). */
+static int lanes_tick(Lanes *l, double t)
+{
+    if (l->opened) {
+        if (l->dirty && l->changed_at <= l->end) {
+            if (lanes_counters(l, l->changed_at) < 0)
+                return -1;
+            l->dirty = 0;
+        }
+        l->due = t <= l->end ? t + l->resolution : INFINITY;
+        return 0;
     }
-    Py_DECREF(raw);
-    l->fast++;
-    if (PyList_GET_SIZE(l->buf) >= l->chunk) {
-        PyObject *r = PyObject_CallNoArgs(l->flush);
-        if (r == NULL)
-            return -1;
-        Py_DECREF(r);
+    if (lanes_store(l) < 0)
+        return -1;
+    PyObject *r = PyObject_CallMethod(l->source, "hot_tick", "d", t);
+    if (r == NULL)
+        return -1;
+    int ok = PyTuple_CheckExact(r) && PyTuple_GET_SIZE(r) == 3;
+    if (ok) {
+        l->due = PyFloat_AsDouble(PyTuple_GET_ITEM(r, 0));
+        l->dirty = PyObject_IsTrue(PyTuple_GET_ITEM(r, 1));
+        l->opened = PyObject_IsTrue(PyTuple_GET_ITEM(r, 2));
+    }
+    Py_DECREF(r);
+    if (!ok || PyErr_Occurred() || l->dirty < 0 || l->opened < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "hot_tick must give (due, dirty, opened)");
+        return -1;
     }
     return 0;
 }
@@ -285,24 +364,8 @@ static int lanes_draw(Lanes *l, const Line *line, int kind)
 {
     if (l->state != 1)
         return 0;
-    if (line->t >= l->due) { /* Timeline._at: the counters up to this line */
-        if (lanes_store(l) < 0)
-            return -1;
-        PyObject *r = PyObject_CallMethod(l->source, "hot_tick", "d", line->t);
-        if (r == NULL)
-            return -1;
-        int ok = PyTuple_CheckExact(r) && PyTuple_GET_SIZE(r) == 2;
-        if (ok) {
-            l->due = PyFloat_AsDouble(PyTuple_GET_ITEM(r, 0));
-            l->dirty = PyObject_IsTrue(PyTuple_GET_ITEM(r, 1));
-        }
-        Py_DECREF(r);
-        if (!ok || PyErr_Occurred() || l->dirty < 0) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_TypeError, "hot_tick must give (due, dirty)");
-            return -1;
-        }
-    }
+    if (line->t >= l->due && lanes_tick(l, line->t) < 0) /* Timeline._at */
+        return -1;
     int result = -1;
     PyObject *id = NULL, *lane = NULL, *record = NULL, *group_id = NULL;
     switch (kind) {

@@ -66,10 +66,16 @@ class DrawsLanes(Protocol):
     def hot_sync(self) -> tuple[Any, ...] | None: ...
 
     def hot_store(
-        self, dirty: bool, changed_at: float, generating: int, sealed: int, fast: int
+        self,
+        due: float,
+        dirty: bool,
+        changed_at: float,
+        generating: int,
+        sealed: int,
+        fast: int,
     ) -> None: ...
 
-    def hot_tick(self, t: float) -> tuple[float, bool]: ...
+    def hot_tick(self, t: float) -> tuple[float, bool, bool]: ...
 
     def hot_lane(self) -> int: ...
 

@@ -31,6 +31,7 @@ class CompiledLanes:
     _due: float
     _dirty: bool
     _changed_at: float
+    resolution: float
 
     def _view(self) -> RunView | None:
         raise NotImplementedError
@@ -42,34 +43,42 @@ class CompiledLanes:
     def hot_sync(self) -> tuple[Any, ...] | None:
         """The view of the state's run (switched to it if need be, as a handler would):
         ``(flight, free, groups, pid, whole, version known, refit_count, t0, due, dirty,
-        changed_at, generating, sealed, writer's buffer, chunk, flush)``; None if the run
-        is not drawn."""
+        changed_at, generating, sealed, writer's buffer, chunk, flush, its counters begun,
+        its window's end, the counters' resolution)``; None if the run is not drawn."""
         rv = self._view()
         if rv is None:
             return None
         w = self.w
         return (rv.flight, rv.free, rv.groups, rv.pid, rv.whole, rv.version is not None,
                 rv.refit_count, self.lanes.t0, self._due, self._dirty, self._changed_at,
-                rv.generating, rv.sealed, w.buffer, w.chunk, w.flush)  # fmt: skip
+                rv.generating, rv.sealed, w.buffer, w.chunk, w.flush, rv.opened, rv.end,
+                self.resolution)  # fmt: skip
 
     def hot_store(
-        self, dirty: bool, changed_at: float, generating: int, sealed: int, fast: int
+        self,
+        due: float,
+        dirty: bool,
+        changed_at: float,
+        generating: int,
+        sealed: int,
+        fast: int,
     ) -> None:
-        """The numbers the compiled path changed: the counters' state, the groups in
-        flight, and how many slices it drew."""
+        """The numbers the compiled path changed: the counters' clock and state, the groups
+        in flight, and how many slices it drew."""
         rv = self._rv
         assert rv is not None, "hot_sync gave a view"
-        self._dirty, self._changed_at = dirty, changed_at
+        self._due, self._dirty, self._changed_at = due, dirty, changed_at
         rv.generating, rv.sealed = generating, sealed
         self.lanes.fast += fast
 
-    def hot_tick(self, t: float) -> tuple[float, bool]:
-        """The counters brought up to ``t`` (it reached the due time): the next due time,
-        and whether a change is still to be sampled."""
+    def hot_tick(self, t: float) -> tuple[float, bool, bool]:
+        """The counters brought up to ``t`` (it reached the due time; the C side samples a
+        run's counters once they have begun): the next due time, whether a change is
+        still to be sampled, and whether the run's counters have begun."""
         rv = self._rv
         assert rv is not None, "hot_sync gave a view"
         self._tick(rv, t)
-        return self._due, self._dirty
+        return self._due, self._dirty, rv.opened
 
     def hot_lane(self) -> int:
         """A new lane of the run (no lane was free)."""
