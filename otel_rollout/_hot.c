@@ -6,11 +6,11 @@
  *     -> (pos, lines, cold_end, last_t, tokens)
  *
  * Most of a trace is attempt.dispatch, attempt.seal, group.reserve, group.admit and
- * group.seal lines (97% of the bench trace).  Through the Python path each one is decoded into its struct
- * by msgspec and handed to the handlers: ~2.8 us a line, most of a cost pass.  consume() reads the whole lines of
- * chunk[pos:end] from pos and applies each to the shared state exactly as its handlers
- * in analysis/state.py do (see analysis/hot.py for when a pass may), until it meets a
- * line it is not certain of:
+ * group.seal lines (97% of the bench trace).  Through the Python path each one is decoded
+ * into its struct by msgspec and handed to the handlers: ~2.8 us a line, most of a cost
+ * pass.  consume() reads the whole lines of chunk[pos:end] from pos and applies each to
+ * the shared state exactly as its handlers in analysis/state.py do (see analysis/hot.py
+ * for when a pass may), until it meets a line it is not certain of:
  *
  *   - a line the schema's rules might refuse, or that is not in the writer's plain shape
  *     (a key it does not know, a duplicate key, a null, an escape or a non-ASCII byte in

@@ -82,6 +82,30 @@ static int as_long(PyObject *value, long long *out)
     return !overflow;
 }
 
+/* hot_sync's tuple, item by item (CompiledLanes.hot_sync builds it in this order). */
+enum {
+    V_FLIGHT,
+    V_FREE,
+    V_GROUPS,
+    V_PID,
+    V_WHOLE,
+    V_VERSION_KNOWN,
+    V_REFIT_COUNT,
+    V_T0,
+    V_DUE,
+    V_DIRTY,
+    V_CHANGED_AT,
+    V_GENERATING,
+    V_SEALED,
+    V_BUFFER,
+    V_CHUNK,
+    V_FLUSH,
+    V_OPENED,
+    V_END,
+    V_RESOLUTION,
+    V_ITEMS
+};
+
 /* hot_sync: the view of the state's run.  -1 on error. */
 static int lanes_sync(Lanes *l)
 {
@@ -93,36 +117,37 @@ static int lanes_sync(Lanes *l)
         l->state = -1;
         return 0;
     }
-    if (!PyTuple_CheckExact(view) || PyTuple_GET_SIZE(view) != 19) {
+    if (!PyTuple_CheckExact(view) || PyTuple_GET_SIZE(view) != V_ITEMS) {
         Py_DECREF(view);
-        PyErr_SetString(PyExc_TypeError, "hot_sync must give a 19-tuple or None");
+        PyErr_SetString(PyExc_TypeError, "hot_sync must give a tuple of V_ITEMS or None");
         return -1;
     }
     PyObject **v = &PyTuple_GET_ITEM(view, 0);
-    l->flight = v[0], l->free = v[1], l->groups = v[2];
-    l->buf = v[13], l->flush = v[15];
+    l->flight = v[V_FLIGHT], l->free = v[V_FREE], l->groups = v[V_GROUPS];
+    l->buf = v[V_BUFFER], l->flush = v[V_FLUSH];
     if (!PyDict_CheckExact(l->flight) || !PyList_CheckExact(l->free) ||
         !PyDict_CheckExact(l->groups) || !PyList_CheckExact(l->buf)) {
         Py_DECREF(view);
         PyErr_SetString(PyExc_TypeError, "hot_sync: flight, free, groups or buffer mistyped");
         return -1;
     }
-    int ok = as_long(v[3], &l->pid) > 0 && as_long(v[6], &l->refit_count) > 0 &&
-             as_long(v[11], &l->generating) > 0 && as_long(v[12], &l->sealed) > 0 &&
-             as_long(v[14], &l->chunk) > 0;
+    int ok = as_long(v[V_PID], &l->pid) > 0 &&
+             as_long(v[V_REFIT_COUNT], &l->refit_count) > 0 &&
+             as_long(v[V_GENERATING], &l->generating) > 0 &&
+             as_long(v[V_SEALED], &l->sealed) > 0 && as_long(v[V_CHUNK], &l->chunk) > 0;
     if (ok) { /* (nothing more is called once an error is set) */
-        l->whole = PyObject_IsTrue(v[4]);
-        l->version_known = PyObject_IsTrue(v[5]);
-        l->dirty = PyObject_IsTrue(v[9]);
-        l->opened = PyObject_IsTrue(v[16]);
+        l->whole = PyObject_IsTrue(v[V_WHOLE]);
+        l->version_known = PyObject_IsTrue(v[V_VERSION_KNOWN]);
+        l->dirty = PyObject_IsTrue(v[V_DIRTY]);
+        l->opened = PyObject_IsTrue(v[V_OPENED]);
         ok = l->whole >= 0 && l->version_known >= 0 && l->dirty >= 0 && l->opened >= 0;
     }
     if (ok) {
-        l->t0 = PyFloat_AsDouble(v[7]);
-        l->due = PyFloat_AsDouble(v[8]);
-        l->changed_at = PyFloat_AsDouble(v[10]);
-        l->end = PyFloat_AsDouble(v[17]);
-        l->resolution = PyFloat_AsDouble(v[18]);
+        l->t0 = PyFloat_AsDouble(v[V_T0]);
+        l->due = PyFloat_AsDouble(v[V_DUE]);
+        l->changed_at = PyFloat_AsDouble(v[V_CHANGED_AT]);
+        l->end = PyFloat_AsDouble(v[V_END]);
+        l->resolution = PyFloat_AsDouble(v[V_RESOLUTION]);
     }
     if (!ok || PyErr_Occurred()) {
         Py_DECREF(view);
@@ -387,7 +412,8 @@ static int lanes_draw(Lanes *l, const Line *line, int kind)
         record = PyTuple_New(6);
         if (id == NULL || group_id == NULL || record == NULL)
             goto done;
-        PyObject *t = PyFloat_FromDouble(line->t), *version = PyLong_FromLongLong(line->weight_version);
+        PyObject *t = PyFloat_FromDouble(line->t);
+        PyObject *version = PyLong_FromLongLong(line->weight_version);
         PyObject *seen = PyLong_FromLongLong(l->refit_count);
         PyTuple_SET_ITEM(record, 0, t);
         PyTuple_SET_ITEM(record, 1, Py_NewRef(lane));

@@ -44,7 +44,8 @@ class CompiledLanes:
         """The view of the state's run (switched to it if need be, as a handler would):
         ``(flight, free, groups, pid, whole, version known, refit_count, t0, due, dirty,
         changed_at, generating, sealed, writer's buffer, chunk, flush, its counters begun,
-        its window's end, the counters' resolution)``; None if the run is not drawn."""
+        its window's end, the counters' resolution)``, in the order of ``_hot_lanes.h``'s
+        ``V_*`` names; None if the run is not drawn."""
         rv = self._view()
         if rv is None:
             return None
