@@ -32,19 +32,26 @@ class CappedWarnings:
     ``path: N more <what> (M in all)``.
 
     A warning given with ``hold`` is kept instead of told (a reader that may yet find the
-    file is no trace at all); :meth:`release` tells those, :meth:`drop` forgets them.
+    file is no trace at all); :meth:`release` tells those, :meth:`drop` forgets them.  One
+    given with ``always`` is told past the cap too (the end of the file cut short: the
+    warning a reader of a crashed run looks for).
     """
 
     def __init__(self, path: str | os.PathLike[str], what: str = "warnings") -> None:
         self.path = path
         self.what = what
         self.count = 0
+        self._past_cap = 0  # told past the cap (always)
         self._held: list[tuple[int | str, str]] = []
 
-    def warn(self, where: int | str, message: str, hold: bool = False) -> None:
+    def warn(
+        self, where: int | str, message: str, hold: bool = False, always: bool = False
+    ) -> None:
         self.count += 1
-        if self.count > MAX_WARNINGS:
+        if self.count > MAX_WARNINGS and not (always and not hold):
             return
+        if self.count > MAX_WARNINGS:
+            self._past_cap += 1
         if hold:
             self._held.append((where, message))
             return
@@ -68,6 +75,6 @@ class CappedWarnings:
     def done(self) -> None:
         """The end of the file: what was held is told, and what was only counted."""
         self.release()
-        if self.count > MAX_WARNINGS:
-            more = self.count - MAX_WARNINGS
+        more = self.count - MAX_WARNINGS - self._past_cap
+        if more > 0:
             _log.warning("%s: %d more %s (%d in all)", self.path, more, self.what, self.count)

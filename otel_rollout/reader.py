@@ -186,15 +186,15 @@ class EventReader:
         self._skipped += 1
         if self._on_skip is not None:
             self._on_skip(lineno, reason)
-        else:
-            self.warn(lineno, f"{reason}; skipped")
+        else:  # the file's end cut short is told past the cap of warnings too
+            self.warn(lineno, f"{reason}; skipped", always=torn or self._damage is not None)
 
-    def warn(self, where: int | str, message: str) -> None:
+    def warn(self, where: int | str, message: str, always: bool = False) -> None:
         """Tell a problem with this file's lines (a skipped line, or one an analysis found)
-        as the reader tells them: the first few, then a count, held while the file may
-        yet prove no trace at all."""
+        as the reader tells them: the first few (and, with ``always``, this one), then a
+        count, held while the file may yet prove no trace at all."""
         maybe_no_trace = self.first_line_is_event is False and not self.events
-        self._warnings.warn(where, message, hold=maybe_no_trace)
+        self._warnings.warn(where, message, hold=maybe_no_trace, always=always)
 
     def counted(self, n: int) -> None:
         """``n`` more events read; at the first, what was held while the file might have

@@ -374,6 +374,22 @@ def test_a_kill_that_lands_after_the_last_step_ends_the_demo_there(tmp_path, cap
     assert [e["event"] for e in log].count("run.start") == 1  # no resumed run
 
 
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="PYTHONSAFEPATH is Python 3.11's")
+def test_the_demo_runs_from_a_directory_holding_another_otel_rollout(tmp_path, monkeypatch):
+    """Run from a directory with a package of the same name in it (an old checkout, say),
+    the demo's simulated run still imports this one."""
+    from otel_rollout.cli._demo import run_with_kills
+
+    shadow = tmp_path / "elsewhere" / "otel_rollout"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text('raise SystemExit("the other otel_rollout")\n')
+    monkeypatch.chdir(shadow.parent)
+    log_dir = tmp_path / "d"
+    run_with_kills(log_dir, ["--steps=2", "--speed=1000", "--quiet"], [], last_step=1)
+    log = EventReader(log_dir / "rollout_trace.jsonl")
+    assert [e["event"] for e in log].count("train.step") == 2
+
+
 @pytest.mark.parametrize(
     "command",
     [["batch-age"], ["batch-age", "--json"], ["cost"], ["cost", "--json"], ["staleness"],

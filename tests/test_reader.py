@@ -62,6 +62,26 @@ class TestReadEvents:
         assert len(caplog.records) == MAX_WARNINGS + 1
         assert "(1000 in all)" in caplog.records[-1].getMessage()
 
+    @pytest.mark.parametrize("zipped", [False, True])
+    def test_a_file_cut_short_is_told_past_the_cap(self, tmp_path, caplog, zipped):
+        """Past the cap of warnings, the last line torn (or the compressed data ending
+        early) is still told, as the one a reader of a crashed run looks for; the summary
+        counts the rest."""
+        body = b'{"t": 1, "run_id": "r", "event": "tick"}\n' + b"bad\n" * 30
+        body += b'{"t": 2, "run_id": "r", "ev'
+        path = tmp_path / "t.jsonl"
+        path.write_bytes(body)
+        if zipped:  # many different lines after the bad ones: the cut lands among them
+            tail = b"".join(b'{"t": %d, "run_id": "r", "event": "e%d"}\n' % (i, i * 7919)
+                            for i in range(3, 600))  # fmt: skip
+            path = tmp_path / "t.jsonl.gz"
+            path.write_bytes(gzip.compress(body[: body.rindex(b"\n") + 1] + tail)[:-30])
+        with caplog.at_level(logging.WARNING, logger="otel_rollout"):
+            list(read_events(path))
+        told = [r.getMessage() for r in caplog.records]
+        assert len(told) == MAX_WARNINGS + 2 and "torn last line" in told[-2], told[-2:]
+        assert told[-1].endswith("20 more warnings (31 in all)"), told[-1]
+
     @settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(cut=st.integers(0, 400), block=st.integers(1, 90), zipped=st.booleans())
     @example(cut=len(sample().lines().split(b"\n")[0]), block=90, zipped=False)

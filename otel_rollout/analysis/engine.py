@@ -49,8 +49,9 @@ class Analysis:
     * ``keeps_flight_counts``: the shared state keeps every change of the count of
       attempts in flight (:attr:`State.flight_counts
       <otel_rollout.analysis.state.State.flight_counts>`), on the compiled path too,
-      and hands them to :meth:`take_flight_counts` once they pass a megabyte; the
-      analysis takes the rest itself when it likes (one analysis of a pass may).
+      and hands them to its :meth:`take_flight_counts` once they pass a megabyte; the
+      analysis calls that itself with ``self.state.flight_counts`` for the rest (at a
+      step, at the end).  One analysis of a pass may keep them.
 
     :attr:`state` (:class:`~otel_rollout.analysis.state.State`) is shared by
     every analysis of the pass and set before the first event.

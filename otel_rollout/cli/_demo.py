@@ -58,7 +58,9 @@ class _TraceWatcher:
 def _child(log_dir: Path, options: list[str], resume: bool) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "otel_rollout", "simulate", "--log-dir", str(log_dir)]
     command += [*options, "--for-demo"] + (["--resume"] if resume else [])
-    return subprocess.Popen(command)
+    # The child imports this otel_rollout, not one in the directory the demo runs from
+    # (python -m puts that first on sys.path; PYTHONSAFEPATH, from Python 3.11, does not).
+    return subprocess.Popen(command, env={**os.environ, "PYTHONSAFEPATH": "1"})
 
 
 def run_with_kills(

@@ -191,7 +191,8 @@ def write_staleness(record: dict[str, Any], out: TextIO, style: Style = PLAIN) -
     p = record["prompts"]
     again = p["share_of_wasted_tokens_more_than_once"]
     out.write(
-        f"\nprompts whose groups were discarded or lost: {p['prompts_wasted']:,}; more than "
+        f"\nprompts (once per epoch) whose groups were discarded or lost: {p['prompts_wasted']:,}; "
+        "more than "
         f"once: {p['prompts_wasted_more_than_once']:,} (at most {p['most_times_wasted']} times, "
         f"{'n/a' if again is None else f'{again:.1%}'} of the tokens wasted on those prompts)\n"
     )
