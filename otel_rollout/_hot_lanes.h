@@ -30,7 +30,7 @@
 
 #include "_hot_line.h"
 
-static PyObject *HEAPPUSH, *HEAPPOP, *RAW, *SYNC_NAME, *STORE_NAME, *TICK_NAME, *LANE_NAME;
+static PyObject *HEAPPUSH, *HEAPPOP, *RAW, *SYNC_NAME, *LANE_NAME;
 
 /* Trace-event colour names by weight version, as trace_events.PALETTE. */
 static const char *const PALETTE[] = {
@@ -62,11 +62,9 @@ static int lanes_init(void)
     Py_XDECREF(heapq);
     Py_XDECREF(msgspec);
     SYNC_NAME = PyUnicode_InternFromString("hot_sync");
-    STORE_NAME = PyUnicode_InternFromString("hot_store");
-    TICK_NAME = PyUnicode_InternFromString("hot_tick");
     LANE_NAME = PyUnicode_InternFromString("hot_lane");
     return HEAPPUSH != NULL && HEAPPOP != NULL && RAW != NULL && SYNC_NAME != NULL &&
-                   STORE_NAME != NULL && TICK_NAME != NULL && LANE_NAME != NULL
+                   LANE_NAME != NULL
                ? 0
                : -1;
 }

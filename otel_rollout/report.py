@@ -63,25 +63,10 @@ class ReportSeries(Analysis):
         self._width = 0.0  # the in-flight buckets' width in seconds (0: one a change)
         self._origin = 0.0
 
-    def _point(self, t: float, n: int) -> None:
-        """A change of attempts in flight, folded into the time buckets as it comes: memory
-        stays ~2 × the points drawn however long the file (a point per attempt start and
-        end held the 600k-line bench trace's report at 120 MB peak).  Buckets keep each
-        range's least and most, so a chart's band shows every peak; sampling every n-th
-        change, as before, could alias to one phase of a regular load and show none."""
+    def _new_bucket(self, t: float, n: int) -> None:
+        """A bucket begun by a change at or past the last bucket's end (coarsening them all
+        once they are twice the points drawn)."""
         buckets = self.data.in_flight
-        if buckets:
-            last = buckets[-1]
-            if t < last[0] + self._width:
-                if t > last[1]:
-                    last[1] = t
-                if n < last[2]:
-                    last[2] = n
-                elif n > last[3]:
-                    last[3] = n
-                last[4] += n
-                last[5] += 1
-                return
         if not buckets:
             self._origin = t
         start = t if not self._width else t - (t - self._origin) % self._width
@@ -118,11 +103,14 @@ class ReportSeries(Analysis):
 
     def take_flight_counts(self, counts: bytearray) -> None:
         """Fold the changes of attempts in flight the state counted since the last call
-        into the buckets (each as :meth:`_point` would, the commonest case inline: a
-        change inside the last bucket), and clear them."""
+        into the time buckets, and clear them: memory stays ~2 × the points drawn however
+        long the file (a point per attempt start and end held the 600k-line bench trace's
+        report at 120 MB peak).  Buckets keep each range's least and most, so a chart's
+        band shows every peak; sampling every n-th change, as before, could alias to one
+        phase of a regular load and show none."""
         if not counts:
             return
-        buckets, point = self.data.in_flight, self._point
+        buckets, new_bucket = self.data.in_flight, self._new_bucket
         last = buckets[-1] if buckets else None
         end = last[0] + self._width if last is not None else -math.inf
         for t, n in FLIGHT_COUNT.iter_unpack(counts):
@@ -136,7 +124,7 @@ class ReportSeries(Analysis):
                 last[4] += n
                 last[5] += 1
             else:
-                point(t, n)
+                new_bucket(t, n)
                 last = buckets[-1]
                 end = last[0] + self._width
         counts.clear()
