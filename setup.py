@@ -19,6 +19,7 @@ setup(
                 "otel_rollout/_hot_line.h",
                 "otel_rollout/_hot_number.h",
                 "otel_rollout/_hot_lanes.h",
+                "otel_rollout/_hot_fold.h",
             ],
             optional=True,
         ),

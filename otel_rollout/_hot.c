@@ -47,6 +47,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "_hot_fold.h"
 #include "_hot_line.h"
 #include "_hot_lanes.h"
 
@@ -561,6 +562,8 @@ static PyMethodDef methods[] = {
      "consume(chunk, pos, end, run_id, attempts, groups, epochs, group_type, kinds, "
      "watch_dispatch, watch_seal, trained, seals, waiting, histories, history_type, "
      "flight_counts, lanes) -> (pos, lines, cold_end, last_t, tokens): see analysis/hot.py."},
+    {"fold_flight_counts", fold_flight_counts, METH_VARARGS,
+     "fold_flight_counts(counts, buckets, end, new_bucket) -> None: see _hot_fold.h."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .age import StepAge
-from .analysis import Analysis, StepAges, run_events, run_file
-from .analysis.records import FLIGHT_COUNT
+from .analysis import Analysis, StepAges, hot, run_events, run_file
 from .cost import CostAnalysis, CostReport
 from .reader import EventReader, Progress
 from .staleness import StalenessAnalysis, StalenessReport
@@ -63,9 +62,9 @@ class ReportSeries(Analysis):
         self._width = 0.0  # the in-flight buckets' width in seconds (0: one a change)
         self._origin = 0.0
 
-    def _new_bucket(self, t: float, n: int) -> None:
+    def _new_bucket(self, t: float, n: int) -> float:
         """A bucket begun by a change at or past the last bucket's end (coarsening them all
-        once they are twice the points drawn)."""
+        once they are twice the points drawn); where the last bucket now ends."""
         buckets = self.data.in_flight
         if not buckets:
             self._origin = t
@@ -73,6 +72,7 @@ class ReportSeries(Analysis):
         buckets.append([start, t, n, n, n, 1])
         if len(buckets) >= 2 * _MAX_POINTS:
             self._coarsen()
+        return float(buckets[-1][0] + self._width)
 
     def _coarsen(self) -> None:
         """Double the buckets' width (the first time: a width of about 1/2000 of the time so
@@ -110,23 +110,9 @@ class ReportSeries(Analysis):
         phase of a regular load and show none."""
         if not counts:
             return
-        buckets, new_bucket = self.data.in_flight, self._new_bucket
-        last = buckets[-1] if buckets else None
-        end = last[0] + self._width if last is not None else -math.inf
-        for t, n in FLIGHT_COUNT.iter_unpack(counts):
-            if last is not None and t < end:
-                if t > last[1]:
-                    last[1] = t
-                if n < last[2]:
-                    last[2] = n
-                elif n > last[3]:
-                    last[3] = n
-                last[4] += n
-                last[5] += 1
-            else:
-                new_bucket(t, n)
-                last = buckets[-1]
-                end = last[0] + self._width
+        buckets = self.data.in_flight
+        end = buckets[-1][0] + self._width if buckets else -math.inf
+        hot.fold_flight_counts(counts, buckets, end, self._new_bucket)
         counts.clear()
 
     def _step(self, e: Any) -> None:

@@ -216,6 +216,20 @@ class TestBatchAgeByStep:
         b.step(0, 3, ["g"])
         assert batch_age_by_step(b.events) == {0: 1.0}
 
+    def test_a_seal_after_its_step_counts_in_the_final_rows(self):
+        """A group sealed again after a step trained it gives the step its latest counts,
+        though the step's row was made, with the earlier ones, as the pass read it."""
+        b = TraceBuilder()
+        b.sealed_group("g", {0: 10})
+        b.sealed_group("h", {1: 10})
+        b.step(0, 3, ["g"])
+        b.step(1, 3, ["h"])
+        b.sealed_group("g", {2: 10})
+        rows = {r.step: r for r in step_ages(b.events)}
+        assert (rows[0].batch_age, rows[0].tokens_by_age) == (1.0, {1: 10})
+        assert (rows[1].batch_age, rows[1].tokens_by_age) == (2.0, {2: 10})
+        assert batch_age_by_step(b.events) == {0: 1.0, 1: 2.0}
+
     def test_tokens_by_version_reads_seals(self):
         """tokens_by_version(events) returns every sealed group's counts with int versions."""
         b = TraceBuilder()

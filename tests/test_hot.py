@@ -19,6 +19,7 @@ from test_ledger import naive_ledger, traces
 
 from otel_rollout.analysis import Analysis, StepAges, hot, run_file
 from otel_rollout.analysis.history import History, flat_pairs
+from otel_rollout.analysis.records import FLIGHT_COUNT
 from otel_rollout.cost import CostAnalysis, analyze, analyze_file
 from otel_rollout.report import ReportData, ReportSeries
 from otel_rollout.staleness import StalenessAnalysis
@@ -550,3 +551,37 @@ def test_one_analysis_of_a_pass_may_keep_the_flight_counts():
 
     with pytest.raises(ValueError, match="one analysis"):
         Engine([ReportSeries(ReportData("a")), ReportSeries(ReportData("b"))], print)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.integers(0, 2**32),
+    st.integers(0, 12_000),
+    st.sampled_from([0.001, 1.0, 1e5]),
+    st.floats(0.0, 0.3),
+)
+def test_the_folded_flight_counts_are_the_same_either_way(seed, changes, scale, back):
+    """The report's buckets of attempts in flight, folded in C or in Python from the same
+    packed changes (past the point where the buckets coarsen, times sometimes going back,
+    taken in calls of any size) are the same, with the same types."""
+    rng = random.Random(seed)
+    t, points = 0.0, []
+    for _ in range(changes):
+        t += scale * (rng.random() - back)
+        points.append((t, rng.choice([0, 1, rng.randrange(2**40)])))
+    cuts = sorted(rng.sample(range(changes + 1), min(changes + 1, rng.randrange(1, 50))))
+    found, was = [], hot.enabled
+    for on in (True, False):
+        hot.enabled = on
+        try:
+            series = ReportSeries(ReportData(""))
+            for a, b in zip([0, *cuts], [*cuts, changes], strict=True):
+                counts = bytearray(b"".join(FLIGHT_COUNT.pack(*p) for p in points[a:b]))
+                series.take_flight_counts(counts)
+                assert not counts
+        finally:
+            hot.enabled = was
+        found.append((series.data.in_flight, series._width, series._origin))
+    assert found[0] == found[1]
+    assert all(type(v) is float for b in found[0][0] for v in b[:2])
+    assert all(type(v) is int for b in found[0][0] for v in b[2:])

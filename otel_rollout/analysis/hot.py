@@ -31,15 +31,23 @@ from typing import Any, Protocol
 from .. import config
 from ..reader import HotPath
 from .history import History
-from .records import Group, Key
+from .records import FLIGHT_COUNT, Group, Key
 from .state import FLIGHT_COUNTS_HELD, State
 
 try:
     from .._hot import consume as _consume
+    from .._hot import fold_flight_counts as _fold
 except ImportError:  # built without a C compiler: every line takes the Python path
-    _consume = None
+    _consume = _fold = None
 
-__all__ = ["HOT_KINDS", "LANES_KINDS", "DrawsLanes", "consumer", "enabled"]
+__all__ = [
+    "HOT_KINDS",
+    "LANES_KINDS",
+    "DrawsLanes",
+    "consumer",
+    "enabled",
+    "fold_flight_counts",
+]
 
 #: The kinds the compiled path reads, with the flag ``_hot.consume`` knows each by.
 HOT_KINDS = {
@@ -153,3 +161,35 @@ def consumer(
         return pos, lines, cold_end
 
     return apply
+
+
+def fold_flight_counts(
+    counts: bytearray,
+    buckets: list[list[Any]],
+    end: float,
+    new_bucket: Callable[[float, int], float],
+) -> None:
+    """Fold packed changes of attempts in flight (``records.FLIGHT_COUNT``) into time buckets
+    ``[start, last t, least, most, sum, n]``: a change at a time before ``end`` (where the
+    last bucket ends; -inf for none) goes into the last bucket, any other begins one
+    through ``new_bucket(t, count)``, which appends it and returns where the last bucket
+    now ends.  In C where built (``_hot_fold.h``: the loop over the 1M-line bench trace's
+    820k changes was ~0.12 s in Python, a tenth of the one pass); the report's series
+    uses it."""
+    if enabled and _fold is not None:
+        _fold(counts, buckets, end, new_bucket)
+        return
+    last = buckets[-1] if buckets else None
+    for t, n in FLIGHT_COUNT.iter_unpack(counts):
+        if last is not None and t < end:
+            if t > last[1]:
+                last[1] = t
+            if n < last[2]:
+                last[2] = n
+            elif n > last[3]:
+                last[3] = n
+            last[4] += n
+            last[5] += 1
+        else:
+            end = new_bucket(t, n)
+            last = buckets[-1]

@@ -103,6 +103,9 @@ class State:
         self.seals: dict[str, SealCounts] = {}
         self.steps: dict[int, Step] = {}  # step number → its surviving train.step
         self.trained: set[str] = set()  # groups any train.step trained
+        #: groups sealed (again) after a train.step trained them: a step's batch age made
+        #: as the pass read it is its final one unless one of its groups is here
+        self.sealed_late: set[str] = set()
         self.sealed_tokens = 0  # the tokens of every attempt.seal read
         #: groups of a train.step a later one of the same number and run replaced, with no
         #: checkpoint.restore between them (one between makes it a step a restore redid)
@@ -177,10 +180,19 @@ class State:
 
     def step_age(self, e: Any) -> StepAge:
         """The batch age of the ``train.step`` ``e`` by the seals read so far: made once per
-        step, however many analyses of the pass ask for it."""
+        step, however many analyses of the pass ask for it (its final one unless a group of
+        it is sealed later: :attr:`sealed_late`)."""
         if self._age_of is not e:
             self._age_of = e
-            self._age = step_age(e.step, e.trained_version, e.group_ids, self.seals)
+            self._age = step_age(
+                e.step,
+                e.trained_version,
+                e.group_ids,
+                self.seals,
+                run_id=self.run_id(e),
+                t=e.t,
+                logged_batch_age=e.batch_age,
+            )
         return self._age
 
     def shown_age(self, e: Any) -> float | None:
@@ -336,6 +348,7 @@ class State:
         group_id = e.group_id
         if group_id in self.trained:
             self.warn(e, sealed_after_training(group_id))
+            self.sealed_late.add(group_id)
         elif group_id not in self.seals:  # one string a group for every record (see engine)
             group_id = sys.intern(group_id)
         self.seals[group_id] = seal_counts(e.tokens_by_version)
