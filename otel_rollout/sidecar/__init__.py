@@ -47,7 +47,7 @@ from ..follow import FileFollower
 from ..otel import OtelSettings
 from ..reader import too_long
 from ._control import ControlServer, Note, send, settings_key, sidecar_log
-from ._process import follow_log, pid_alive, writes_to
+from ._process import collect_less, follow_log, freeze_loaded, pid_alive, writes_to
 
 __all__ = ["Sidecar", "pid_alive"]
 
@@ -138,12 +138,19 @@ class Sidecar:
         self._stop.set()
 
     def run(self) -> None:
-        """Follow and export until ``linger`` runs out, the file is handed over, or :meth:`stop`."""
+        """Follow and export until ``linger`` runs out, the file is handed over, or :meth:`stop`.
+        The process's collector is tuned for the sidecar (``_process.collect_less``,
+        ``freeze_loaded``): it runs in a process of its own (``python -m
+        otel_rollout.sidecar``, ``otel-rollout export --follow``)."""
         telemetry = self.telemetry
+        collect_less()
         quiet_since = time.monotonic()
         next_pid_check = 0.0
+        frozen = -1  # tracker runs made at the last gc.freeze (none yet)
         try:
             while not self._stop.is_set():
+                trackers = telemetry.trackers
+                frozen = freeze_loaded(trackers.opened if trackers is not None else 0, frozen)
                 # Notes first: a run that attaches before its lines are read is backfilled
                 # (if it began before our first byte) ahead of its later lines.
                 if self._handle_notes():

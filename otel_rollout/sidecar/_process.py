@@ -3,11 +3,43 @@ messages go."""
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["follow_log", "pid_alive", "writes_to"]
+__all__ = ["YOUNG_OBJECTS", "collect_less", "follow_log", "freeze_loaded", "pid_alive", "writes_to"]
+
+
+#: Allocations between the sidecar's young collections (Python's default: 700).  Each line
+#: it reads is a dict or two that live until its batch is exported, so at 700 every batch
+#: was walked by a young collection and again by an older one: with the three trackers on
+#: at 10,000 events/s, 0.72 s of collections in a 20 s bench run at 700, 0.11 s at 50,000.
+YOUNG_OBJECTS = 50_000
+
+
+def collect_less() -> None:
+    """The sidecar's collector: young collections every :data:`YOUNG_OBJECTS` allocations
+    (the older generations' thresholds as Python's), for the sidecar process only."""
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(YOUNG_OBJECTS, older, oldest)
+
+
+def freeze_loaded(loaded: int, frozen: int) -> int:
+    """Move every object the sidecar holds to the collector's permanent generation
+    (``gc.freeze``) when ``loaded``, the libraries and runs it has made (the trackers'
+    runs), is not what it was at the last freeze (``frozen``, -1 for none); the count
+    to pass as ``frozen`` next time.
+
+    A tracker's library is hundreds of thousands of long-lived objects (MLflow's
+    SQLAlchemy, W&B), and every full collection walked them all: ~200 ms each, a third
+    of the sidecar's CPU with the three trackers on at 10,000 events/s (the decoded
+    lines' dicts set the collections off).  Only the sidecar does this; a training
+    process's collector is its own.
+    """
+    if loaded != frozen:
+        gc.freeze()
+    return loaded
 
 
 def pid_alive(pid: Any, started_before: float | None = None) -> bool:

@@ -52,6 +52,7 @@ class Worker:
         self._queue: Queue[Any] = Queue(maxsize=WORKER_QUEUE)
         self._sinks: dict[str, Sink | None] = {}  # None: the run's sink could not be made
         self.logged = self.dropped = self.failed = 0
+        self.opened = 0  # tracker runs made (their library imported, their run open)
         self.hung = False
         self._stopping = threading.Event()
         self._complained = False
@@ -120,6 +121,7 @@ class Worker:
             made: list[Sink] = []
             self._call(lambda: made.append(self._open(run_id)))
             self._sinks[run_id] = made[0] if made else None
+            self.opened += bool(made)
         return self._sinks[run_id]
 
     def _run(self) -> None:
@@ -249,6 +251,13 @@ class TrackerHub:
             "tracker_rows_unindexable": self._builder.unindexable,
             "trackers_hung": sum(w.hung for w in self.workers),
         }
+
+    @property
+    def opened(self) -> int:
+        """Tracker runs made so far, over every tracker: each made one imports its library
+        and opens its run, long-lived objects the export sidecar then freezes (see
+        :mod:`otel_rollout.sidecar`)."""
+        return sum(w.opened for w in self.workers)
 
     def flush(self, timeout: float) -> bool:
         """Wait (at most ``timeout`` s) until every row of the events so far is logged."""
