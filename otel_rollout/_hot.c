@@ -170,11 +170,17 @@ static int history_reserve(const Histories *h, PyObject *group_id, PyObject *run
 }
 
 
-/* 1 if `key` is in one of `sets`, 0 if not, -1 on error. */
+/* 1 if `key` is in one of `sets`, 0 if not, -1 on error.  An empty set (a cost pass's
+ * rollouts to match, most of a file) is passed over without hashing the key. */
 static int watched(PyObject *sets, PyObject *key)
 {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(sets); i++) {
-        int found = PySequence_Contains(PyTuple_GET_ITEM(sets, i), key);
+        PyObject *set = PyTuple_GET_ITEM(sets, i);
+        int found;
+        if (PyAnySet_CheckExact(set))
+            found = PySet_GET_SIZE(set) == 0 ? 0 : PySet_Contains(set, key);
+        else
+            found = PySequence_Contains(set, key);
         if (found != 0)
             return found;
     }

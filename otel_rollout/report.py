@@ -59,39 +59,8 @@ class ReportSeries(Analysis):
 
     def __init__(self, data: ReportData) -> None:
         self.data = data
-        self._width = 0.0  # the in-flight buckets' width in seconds (0: one a change)
-        self._origin = 0.0
-
-    def _new_bucket(self, t: float, n: int) -> float:
-        """A bucket begun by a change at or past the last bucket's end (coarsening them all
-        once they are twice the points drawn); where the last bucket now ends."""
-        buckets = self.data.in_flight
-        if not buckets:
-            self._origin = t
-        start = t if not self._width else t - (t - self._origin) % self._width
-        buckets.append([start, t, n, n, n, 1])
-        if len(buckets) >= 2 * _MAX_POINTS:
-            self._coarsen()
-        return float(buckets[-1][0] + self._width)
-
-    def _coarsen(self) -> None:
-        """Double the buckets' width (the first time: a width of about 1/2000 of the time so
-        far) and merge the buckets that now share one."""
-        old = self.data.in_flight
-        span = old[-1][1] - self._origin
-        self._width = self._width * 2 if self._width else max(span / _MAX_POINTS, 1e-6)
-        merged: list[list[float]] = []
-        for b in old:
-            start = b[0] - (b[0] - self._origin) % self._width
-            if merged and merged[-1][0] == start:
-                m = merged[-1]
-                m[1] = max(m[1], b[1])
-                m[2], m[3] = min(m[2], b[2]), max(m[3], b[3])
-                m[4] += b[4]
-                m[5] += b[5]
-            else:
-                merged.append([start, *b[1:]])
-        old[:] = merged
+        #: The in-flight buckets' [width in seconds (0: one a change), origin].
+        self._geometry = [0.0, 0.0]
 
     def handlers(self) -> Mapping[str, Callable[[Any], None]]:
         return {"train.step": self._step}
@@ -103,17 +72,13 @@ class ReportSeries(Analysis):
 
     def take_flight_counts(self, counts: bytearray) -> None:
         """Fold the changes of attempts in flight the state counted since the last call
-        into the time buckets, and clear them: memory stays ~2 × the points drawn however
-        long the file (a point per attempt start and end held the 600k-line bench trace's
-        report at 120 MB peak).  Buckets keep each range's least and most, so a chart's
-        band shows every peak; sampling every n-th change, as before, could alias to one
-        phase of a regular load and show none."""
-        if not counts:
-            return
-        buckets = self.data.in_flight
-        end = buckets[-1][0] + self._width if buckets else -math.inf
-        hot.fold_flight_counts(counts, buckets, end, self._new_bucket)
-        counts.clear()
+        into the time buckets (:func:`~otel_rollout.analysis.hot.fold_flight_counts`: at
+        most ~2 × the points drawn however long the file, each with its range's least and
+        most, so a chart's band shows every peak; a point per attempt start and end held
+        the 600k-line bench trace's report at 120 MB peak), and clear them."""
+        if counts:
+            hot.fold_flight_counts(counts, self.data.in_flight, self._geometry, _MAX_POINTS)
+            counts.clear()
 
     def _step(self, e: Any) -> None:
         self.take_flight_counts(self._counts())  # (at most a megabyte of them)

@@ -6,12 +6,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 
-from otel_rollout import _blocks
+from otel_rollout import _blocks, events
 from otel_rollout.analysis import StepAges, run_file
 from otel_rollout.cost import analyze_file
 from otel_rollout.live_age import LiveBatchAge
@@ -358,3 +360,21 @@ def test_a_warning_about_events_in_memory_reads_as_a_sentence(caplog):
         batch_age_by_step([START, {"t": 2, "run_id": "r1", "event": "train.step", "step": -1}])
     [said] = [r.getMessage() for r in caplog.records]
     assert said.startswith("events in memory, event 2: train.step: field 'step'")
+
+
+def test_a_signed_version_key_is_skipped_in_a_thread_of_its_own(tmp_path) -> None:
+    """The count of version keys 0 is kept by thread: a reader in a new thread (whose count
+    starts at the class's 0) skips a ``"-0"`` key too, and the main thread's count stays."""
+    line = orjson.dumps(seal("g1", {"0": 10})).replace(b'"0"', b'"-0"')
+    path = write(tmp_path / "t.jsonl", [orjson.dumps(START), line, orjson.dumps(step(1, ["g1"]))])
+    before = events.zero_keys()
+    found: list[Any] = []
+    reader = threading.Thread(
+        target=lambda: found.append(
+            [e.event for batch in EventReader(path, typed=True).batches() for e in batch]
+        )
+    )
+    reader.start()
+    reader.join()
+    assert found == [["run.start", "train.step"]]
+    assert events.zero_keys() == before
