@@ -20,6 +20,7 @@ setup(
                 "otel_rollout/_hot_number.h",
                 "otel_rollout/_hot_lanes.h",
                 "otel_rollout/_hot_fold.h",
+                "otel_rollout/_hot_age.h",
             ],
             optional=True,
         ),

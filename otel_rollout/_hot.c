@@ -47,6 +47,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "_hot_age.h"
 #include "_hot_fold.h"
 #include "_hot_line.h"
 #include "_hot_lanes.h"
@@ -568,6 +569,9 @@ static PyMethodDef methods[] = {
      "consume(chunk, pos, end, run_id, attempts, groups, epochs, group_type, kinds, "
      "watch_dispatch, watch_seal, trained, seals, waiting, histories, history_type, "
      "flight_counts, lanes) -> (pos, lines, cold_end, last_t, tokens): see analysis/hot.py."},
+    {"step_sums", step_sums, METH_VARARGS,
+     "step_sums(group_ids, seals, trained_version, top) -> (tokens, version_sum, by_age) or "
+     "None: see _hot_age.h."},
     {"fold_flight_counts", fold_flight_counts, METH_VARARGS,
      "fold_flight_counts(counts, buckets, end, new_bucket) -> None: see _hot_fold.h."},
     {NULL, NULL, 0, NULL},
