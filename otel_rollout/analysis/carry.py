@@ -67,10 +67,12 @@ class Carries:
         """A group with sealed attempts was trained or discarded."""
         if not group.attempts:
             return
-        self._settled[group_id] = group
-        self._settled.move_to_end(group_id)
-        if len(self._settled) > SETTLED_KEPT:
-            self._settled.popitem(last=False)
+        settled = self._settled
+        if group_id in settled:  # settled again: the newest now (a new key goes last anyway)
+            settled.move_to_end(group_id)
+        settled[group_id] = group
+        if len(settled) > SETTLED_KEPT:
+            settled.popitem(last=False)
 
     def published(self) -> None:
         """A checkpoint: what was trained or discarded before it no resume from it redoes."""
