@@ -248,3 +248,18 @@ def test_versions_past_any_float_print_whole(tmp_path, cli):
     assert f"{big:,}" in text.stdout
     timeline = cli("timeline", str(path), "-o", str(tmp_path / "t.json"))
     assert timeline.returncode == 0 and "Traceback" not in timeline.stderr
+
+
+def test_attempts_counted_in_chunks_give_the_same_histograms(tmp_path, monkeypatch):
+    """The sealed attempts are counted a few thousand groups at a time (to bound memory); any
+    size of those chunks gives the same length and time histograms."""
+    import otel_rollout.staleness as module
+    from otel_rollout.testing import synthetic_trace
+
+    path = synthetic_trace(tmp_path / "t.jsonl", 6000, runs=2)
+    found = []
+    for chunk in (1_000_000, 7, 1):
+        monkeypatch.setattr(module, "_GROUPS_COUNTED", chunk)
+        found.append(staleness(path).record())
+    assert found[0] == found[1] == found[2]
+    assert sum(o["attempts"] for o in found[0]["length_bias"]["outcomes"].values()) > 1000
