@@ -597,7 +597,7 @@ static PyMethodDef methods[] = {
      "step_sums(group_ids, seals, trained_version, top) -> (tokens, version_sum, by_age) or "
      "None: see _hot_age.h."},
     {"fold_flight_counts", fold_flight_counts, METH_VARARGS,
-     "fold_flight_counts(counts, buckets, end, new_bucket) -> None: see _hot_fold.h."},
+     "fold_flight_counts(counts, buckets, geometry, points) -> None: see _hot_fold.h."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -6,9 +6,10 @@
  * (packed (version, tokens) int64 pairs, age.SealCounts; a group with none is passed
  * over), the tokens, the sum of version × tokens, and the tokens by age (trained_version
  * − version, clamped to 0..top), the ages in the order they first appear, as the Python
- * loop inserts them.  None where the Python loop must do it: counts held as a dict (past
- * 64 bits), a trained version past 64 bits, or a sum past 64 bits (the pairs' products
- * are summed in 128 bits).  On the 1M-line bench trace the Python loop took ~7.5 us a
+ * loop inserts them.  None where the Python loop must do it: seals that are no dict
+ * (another mapping), counts held as a dict (past 64 bits), a trained version past 64
+ * bits, or any product, sum or age past 64 bits (checked at each step, so a total that
+ * wrapped is never returned).  On the 1M-line bench trace the Python loop took ~7.5 us a
  * step in the pass (its seals far apart in memory), some 0.1 s.
  */
 #ifndef OTEL_ROLLOUT_HOT_AGE_H
@@ -19,16 +20,14 @@
 
 #define MOST_AGE_BUCKET 64
 
-static int fits_int64(__int128 x) { return x >= INT64_MIN && x <= INT64_MAX; }
-
 static PyObject *step_sums(PyObject *self, PyObject *args)
 {
     PyObject *group_ids, *seals, *trained;
     long long top;
-    if (!PyArg_ParseTuple(args, "OO!OL", &group_ids, &PyDict_Type, &seals, &trained, &top))
+    if (!PyArg_ParseTuple(args, "OOOL", &group_ids, &seals, &trained, &top))
         return NULL;
-    if (!PyLong_Check(trained) || top < 0 || top > MOST_AGE_BUCKET)
-        Py_RETURN_NONE;
+    if (!PyDict_CheckExact(seals) || !PyLong_Check(trained) || top < 0 || top > MOST_AGE_BUCKET)
+        Py_RETURN_NONE; /* another mapping may have a .get of its own */
     int overflow;
     long long version_trained = PyLong_AsLongLongAndOverflow(trained, &overflow);
     if (version_trained == -1 && PyErr_Occurred())
@@ -38,7 +37,7 @@ static PyObject *step_sums(PyObject *self, PyObject *args)
     PyObject *ids = PySequence_Fast(group_ids, "step_sums: group_ids must be a sequence");
     if (ids == NULL)
         return NULL;
-    __int128 tokens = 0, version_sum = 0, by_age[MOST_AGE_BUCKET + 1];
+    int64_t tokens = 0, version_sum = 0, by_age[MOST_AGE_BUCKET + 1];
     int order[MOST_AGE_BUCKET + 1], ages = 0;
     unsigned char seen[MOST_AGE_BUCKET + 1];
     memset(seen, 0, sizeof seen);
@@ -58,31 +57,30 @@ static PyObject *step_sums(PyObject *self, PyObject *args)
             continue;
         }
         const char *p = PyBytes_AS_STRING(counts), *stop = p + PyBytes_GET_SIZE(counts);
-        for (; p < stop; p += 16) {
-            int64_t version, n;
+        for (; p < stop && !python; p += 16) {
+            int64_t version, n, product, age;
             memcpy(&version, p, 8);
             memcpy(&n, p + 8, 8);
-            tokens += n;
-            version_sum += (__int128)version * n;
-            __int128 age = (__int128)version_trained - version;
+            if (__builtin_add_overflow(tokens, n, &tokens) ||
+                __builtin_mul_overflow(version, n, &product) ||
+                __builtin_add_overflow(version_sum, product, &version_sum) ||
+                __builtin_sub_overflow((int64_t)version_trained, version, &age)) {
+                python = 1; /* past 64 bits: Python's integers */
+                break;
+            }
             int bucket = age > top ? (int)top : age < 0 ? 0 : (int)age;
             if (!seen[bucket]) {
                 seen[bucket] = 1;
                 by_age[bucket] = 0;
                 order[ages++] = bucket;
             }
-            by_age[bucket] += n;
+            if (__builtin_add_overflow(by_age[bucket], n, &by_age[bucket]))
+                python = 1;
         }
     }
-    if (python || !fits_int64(tokens) || !fits_int64(version_sum)) {
+    if (python) {
         result = Py_NewRef(Py_None);
         goto done;
-    }
-    for (int i = 0; i < ages; i++) {
-        if (!fits_int64(by_age[order[i]])) {
-            result = Py_NewRef(Py_None);
-            goto done;
-        }
     }
     PyObject *counted = PyDict_New();
     if (counted == NULL)

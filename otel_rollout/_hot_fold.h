@@ -17,7 +17,7 @@
  * The last bucket's numbers are held as C numbers while points go into it, and written
  * back to its list before the next bucket begins and at the end.  Times go as Python's
  * float arithmetic takes them (its % included: py_mod); counts as int64 (the attempts in
- * flight: a count, and sums of them far below 2**63).
+ * flight: a count, and sums of them far below 2**63; past it, an OverflowError).
  */
 #ifndef OTEL_ROLLOUT_HOT_FOLD_H
 #define OTEL_ROLLOUT_HOT_FOLD_H
@@ -55,14 +55,17 @@ static int bucket_read(PyObject *list, Bucket *b)
         PyErr_SetString(PyExc_TypeError, "fold_flight_counts: a bucket is a list of six");
         return -1;
     }
-    b->start = PyFloat_AsDouble(PyList_GET_ITEM(list, 0));
-    b->t = PyFloat_AsDouble(PyList_GET_ITEM(list, 1));
-    b->least = PyLong_AsLongLong(PyList_GET_ITEM(list, 2));
-    b->most = PyLong_AsLongLong(PyList_GET_ITEM(list, 3));
-    b->sum = PyLong_AsLongLong(PyList_GET_ITEM(list, 4));
-    b->n = PyLong_AsLongLong(PyList_GET_ITEM(list, 5));
-    if (PyErr_Occurred())
+    /* each checked before the next: a conversion may run Python code (__float__) */
+    if ((b->start = PyFloat_AsDouble(PyList_GET_ITEM(list, 0))) == -1.0 && PyErr_Occurred())
         return -1;
+    if ((b->t = PyFloat_AsDouble(PyList_GET_ITEM(list, 1))) == -1.0 && PyErr_Occurred())
+        return -1;
+    long long *counts[4] = {&b->least, &b->most, &b->sum, &b->n};
+    for (int i = 0; i < 4; i++) {
+        *counts[i] = PyLong_AsLongLong(PyList_GET_ITEM(list, 2 + i));
+        if (*counts[i] == -1 && PyErr_Occurred())
+            return -1;
+    }
     b->list = list;
     return 0;
 }
@@ -126,8 +129,11 @@ static int coarsen(PyObject *buckets, double *width, double origin, Py_ssize_t p
             m.t = py_max(m.t, b.t);
             m.least = b.least < m.least ? b.least : m.least;
             m.most = b.most > m.most ? b.most : m.most;
-            m.sum += b.sum;
-            m.n += b.n;
+            if (__builtin_add_overflow(m.sum, b.sum, &m.sum) ||
+                __builtin_add_overflow(m.n, b.n, &m.n)) {
+                PyErr_SetString(PyExc_OverflowError, "fold_flight_counts: a sum past 64 bits");
+                goto error;
+            }
             continue;
         }
         if (held) {
@@ -170,7 +176,8 @@ static PyObject *fold_flight_counts(PyObject *self, PyObject *args)
     PyObject *result = NULL;
     Bucket b = {NULL, 0, 0, 0, 0, 0, 0};
     double width, origin;
-    if (counts.len % 16 != 0 || PyList_GET_SIZE(geometry) != 2 || points < 1) {
+    if (counts.len % 16 != 0 || PyList_GET_SIZE(geometry) != 2 || points < 1 ||
+        points > PY_SSIZE_T_MAX / 2) {
         PyErr_SetString(PyExc_ValueError, "fold_flight_counts: 16-byte points, "
                                           "[width, origin] and points >= 1");
         goto done;
@@ -196,8 +203,10 @@ static PyObject *fold_flight_counts(PyObject *self, PyObject *args)
                 b.least = n;
             else if (n > b.most)
                 b.most = n;
-            b.sum += n;
-            b.n += 1;
+            if (__builtin_add_overflow(b.sum, n, &b.sum) || __builtin_add_overflow(b.n, 1, &b.n)) {
+                PyErr_SetString(PyExc_OverflowError, "fold_flight_counts: a sum past 64 bits");
+                goto done;
+            }
             continue;
         }
         if (b.list != NULL && bucket_write(b.list, &b, 1) < 0)

@@ -155,7 +155,8 @@ class LiveTrace:
         """A fresh pass (at the start, and when the file is replaced or truncated)."""
         self.reader = EventReader(self.path, typed=True, on_skip=self._skip)
         self.figures = LiveFigures()
-        self.ages = StepAges()  # no handlers: costs nothing until its result is asked for
+        # no handlers: nothing kept per step, the rows made when results() asks for them
+        self.ages = StepAges(rows_as_read=False)
         self.costs = CostAnalysis(self.window)
         self.engine = Engine([self.figures, self.ages, self.costs], self._step_warning)
         self.skipped = self.step_warnings = 0

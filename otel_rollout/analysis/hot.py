@@ -36,10 +36,11 @@ from .records import FLIGHT_COUNT, Group, Key
 from .state import FLIGHT_COUNTS_HELD, State
 
 try:
-    from .._hot import consume as _consume
-    from .._hot import fold_flight_counts as _fold
+    from .. import _hot
 except ImportError:  # built without a C compiler: every line takes the Python path
-    _consume = _fold = None
+    _hot = None
+_consume = getattr(_hot, "consume", None)
+_fold = getattr(_hot, "fold_flight_counts", None)  # (an older build may lack it alone)
 
 __all__ = [
     "HOT_KINDS",

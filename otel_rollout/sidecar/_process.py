@@ -34,10 +34,14 @@ def freeze_loaded(loaded: int, frozen: int) -> int:
     A tracker's library is hundreds of thousands of long-lived objects (MLflow's
     SQLAlchemy, W&B), and every full collection walked them all: ~200 ms each, a third
     of the sidecar's CPU with the three trackers on at 10,000 events/s (the decoded
-    lines' dicts set the collections off).  Only the sidecar does this; a training
-    process's collector is its own.
+    lines' dicts set the collections off).  Each freeze first thaws what the last one
+    froze and collects it all once: the objects of a tracker run that has ended since
+    (a sidecar follows a killed run's resume too) are freed, not kept for good.  Only
+    the sidecar does this; a training process's collector is its own.
     """
     if loaded != frozen:
+        gc.unfreeze()
+        gc.collect()
         gc.freeze()
     return loaded
 
