@@ -21,6 +21,8 @@ setup(
                 "otel_rollout/_hot_lanes.h",
                 "otel_rollout/_hot_fold.h",
                 "otel_rollout/_hot_age.h",
+                "otel_rollout/_hot_apply.h",
+                "otel_rollout/_hot_history.h",
             ],
             optional=True,
         ),
