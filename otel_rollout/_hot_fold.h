@@ -91,19 +91,17 @@ static int bucket_write(PyObject *list, const Bucket *b, int from)
     return failed ? -1 : 0;
 }
 
-/* A new list holding the bucket.  NULL on error. */
-static PyObject *bucket_new(const Bucket *b)
+/* A new list holding the bucket, appended to `into`.  -1 on error. */
+static int bucket_append(PyObject *into, const Bucket *b)
 {
     PyObject *list = PyList_New(6);
     if (list == NULL)
-        return NULL;
+        return -1;
     for (int i = 0; i < 6; i++) /* every item set below; None until then */
         PyList_SET_ITEM(list, i, Py_NewRef(Py_None));
-    if (bucket_write(list, b, 0) < 0) {
-        Py_DECREF(list);
-        return NULL;
-    }
-    return list;
+    int failed = bucket_write(list, b, 0) < 0 || PyList_Append(into, list) < 0;
+    Py_DECREF(list);
+    return failed ? -1 : 0;
 }
 
 /* Double the width (the first time: the span so far over `points`, at least a
@@ -136,26 +134,14 @@ static int coarsen(PyObject *buckets, double *width, double origin, Py_ssize_t p
             }
             continue;
         }
-        if (held) {
-            PyObject *list = bucket_new(&m);
-            if (list == NULL || PyList_Append(merged, list) < 0) {
-                Py_XDECREF(list);
-                goto error;
-            }
-            Py_DECREF(list);
-        }
+        if (held && bucket_append(merged, &m) < 0)
+            goto error;
         m = b;
         m.start = start;
         held = 1;
     }
-    if (held) {
-        PyObject *list = bucket_new(&m);
-        if (list == NULL || PyList_Append(merged, list) < 0) {
-            Py_XDECREF(list);
-            goto error;
-        }
-        Py_DECREF(list);
-    }
+    if (held && bucket_append(merged, &m) < 0)
+        goto error;
     if (PyList_SetSlice(buckets, 0, size, merged) < 0)
         goto error;
     Py_DECREF(merged);
@@ -215,12 +201,8 @@ static PyObject *fold_flight_counts(PyObject *self, PyObject *args)
             origin = t;
         double start = width == 0.0 ? t : t - py_mod(t - origin, width);
         b = (Bucket){NULL, start, t, n, n, n, 1};
-        PyObject *list = bucket_new(&b);
-        if (list == NULL || PyList_Append(buckets, list) < 0) {
-            Py_XDECREF(list);
+        if (bucket_append(buckets, &b) < 0)
             goto done;
-        }
-        Py_DECREF(list);
         if (PyList_GET_SIZE(buckets) >= 2 * points) {
             if (coarsen(buckets, &width, origin, points) < 0)
                 goto done;
