@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test lint bench faults fuzz clean
 
-$(STAMP): pyproject.toml setup.py otel_rollout/_scan.c otel_rollout/_hot.c otel_rollout/_hot_line.h otel_rollout/_hot_number.h otel_rollout/_hot_lanes.h
+$(STAMP): pyproject.toml setup.py $(wildcard otel_rollout/*.c otel_rollout/*.h)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'

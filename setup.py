@@ -1,5 +1,6 @@
-"""The compiled pieces: the reader's line finder (otel_rollout/_scan.c) and the one
-pass's path for the commonest lines (otel_rollout/_hot.c).
+"""The compiled pieces: the reader's line finder (otel_rollout/_scan.c), a step's
+batch-age sums (otel_rollout/_age.c) and the one pass's path for the commonest lines
+(otel_rollout/_hot.c).
 
 Optional: where no C compiler is found, the package installs without them; the
 reader finds lines in Python (the same results, ~12x slower at that step) and
@@ -12,6 +13,7 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension("otel_rollout._scan", sources=["otel_rollout/_scan.c"], optional=True),
+        Extension("otel_rollout._age", sources=["otel_rollout/_age.c"], optional=True),
         Extension(
             "otel_rollout._hot",
             sources=["otel_rollout/_hot.c"],
@@ -20,7 +22,6 @@ setup(
                 "otel_rollout/_hot_number.h",
                 "otel_rollout/_hot_lanes.h",
                 "otel_rollout/_hot_fold.h",
-                "otel_rollout/_hot_age.h",
                 "otel_rollout/_hot_apply.h",
                 "otel_rollout/_hot_history.h",
             ],

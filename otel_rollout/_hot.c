@@ -46,14 +46,12 @@
  *
  * The module's parts: _hot_line.h and _hot_number.h read a line; _hot_apply.h applies it
  * to the state as its handlers would (_hot_history.h: the groups' histories);
- * _hot_lanes.h draws it on the timeline's lanes.  Two folds run once a step, outside
- * consume: fold_flight_counts (_hot_fold.h, the report's in-flight buckets) and
- * step_sums (_hot_age.h, a step's batch-age sums).
+ * _hot_lanes.h draws it on the timeline's lanes.  One fold runs once a step, outside
+ * consume: fold_flight_counts (_hot_fold.h, the report's in-flight buckets).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "_hot_age.h"
 #include "_hot_apply.h"
 #include "_hot_fold.h"
 #include "_hot_line.h"
@@ -180,9 +178,6 @@ static PyMethodDef methods[] = {
      "consume(chunk, pos, end, run_id, attempts, groups, epochs, group_type, kinds, "
      "watch_dispatch, watch_seal, trained, seals, waiting, histories, history_type, "
      "flight_counts, lanes) -> (pos, lines, cold_end, last_t, tokens): see analysis/hot.py."},
-    {"step_sums", step_sums, METH_VARARGS,
-     "step_sums(group_ids, seals, trained_version, top) -> (tokens, version_sum, by_age) or "
-     "None: see _hot_age.h."},
     {"fold_flight_counts", fold_flight_counts, METH_VARARGS,
      "fold_flight_counts(counts, buckets, geometry, points) -> None: see _hot_fold.h."},
     {NULL, NULL, 0, NULL},

@@ -36,11 +36,13 @@ from .records import FLIGHT_COUNT, Group, Key
 from .state import FLIGHT_COUNTS_HELD, State
 
 try:
-    from .. import _hot
+    from .._hot import consume as _consume
 except ImportError:  # built without a C compiler: every line takes the Python path
-    _hot = None
-_consume = getattr(_hot, "consume", None)
-_fold = getattr(_hot, "fold_flight_counts", None)  # (an older build may lack it alone)
+    _consume = None
+try:
+    from .._hot import fold_flight_counts as _fold
+except ImportError:  # (an older build may lack it alone)
+    _fold = None
 
 __all__ = [
     "HOT_KINDS",

@@ -1,4 +1,5 @@
-/* A step's token sums for its batch age, in C (included by _hot.c).
+/* A step's token sums for its batch age, in C: the module otel_rollout._age (compiled,
+ * optional; age.step_age uses it, and so the live gauge, the trackers and every view).
  *
  * step_sums(group_ids, seals, trained_version, top) -> (tokens, version_sum, by_age) | None
  *
@@ -12,9 +13,7 @@
  * wrapped is never returned).  On the 1M-line bench trace the Python loop took ~7.5 us a
  * step in the pass (its seals far apart in memory), some 0.1 s.
  */
-#ifndef OTEL_ROLLOUT_HOT_AGE_H
-#define OTEL_ROLLOUT_HOT_AGE_H
-
+#define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
 
@@ -102,4 +101,16 @@ done:
     return result;
 }
 
-#endif
+static PyMethodDef methods[] = {
+    {"step_sums", step_sums, METH_VARARGS,
+     "step_sums(group_ids, seals, trained_version, top) -> (tokens, version_sum, by_age) or "
+     "None: see age.step_age."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "otel_rollout._age",
+    "A step's batch-age sums in C (see age.step_age).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__age(void) { return PyModule_Create(&module); }
