@@ -19,7 +19,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-try:  # the step's sums in C (_age.c), where the package was built with a compiler
+# The step's sums in C (_age.c) wherever built: the live gauge's and the trackers' too, not
+# only the read pass's (``OTEL_ROLLOUT_COMPILED_PASS`` is the pass's switch); a hypothesis
+# test holds them to the Python loop, row for row.
+try:
     from ._age import step_sums as _step_sums
 except ImportError:
     _step_sums = None
@@ -265,11 +268,6 @@ _flat = itertools.chain.from_iterable
 
 _EMPTY = b""
 
-#: step_age sums in C wherever built (the live gauge's and the trackers' too, not only the
-#: read pass's: ``OTEL_ROLLOUT_COMPILED_PASS`` is the pass's); a hypothesis test holds them
-#: to the Python loop, row for row.
-_compiled = _step_sums is not None
-
 
 def step_age(
     step: int,
@@ -284,7 +282,7 @@ def step_age(
     """A step's :class:`StepAge` from its groups' sealed counts: the one computation the
     live gauge, the trackers and every offline analysis use."""
     top = AGE_BUCKETS[-1]
-    sums = _step_sums(group_ids, seals, trained_version, top) if _compiled else None
+    sums = _step_sums(group_ids, seals, trained_version, top) if _step_sums else None
     if sums is not None:
         tokens, version_sum, by_age = sums
     else:  # the same loop in Python: without the C part, or past 64 bits

@@ -465,12 +465,13 @@ def test_the_compiled_step_sums_equal_the_python_loop(seals, group_ids, trained)
         pytest.skip("the compiled part was not built here")
     packed = {g: age.seal_counts(c) for g, c in seals.items()}
     rows = []
-    for compiled in (True, False):
-        was, age._compiled = age._compiled, compiled and age._step_sums is not None
+    built = age._step_sums
+    for sums in (built, None):
+        age._step_sums = sums
         try:
             rows.append(age.step_age(7, trained, group_ids, packed, run_id="r", t=1.0))
         finally:
-            age._compiled = was
+            age._step_sums = built
     assert rows[0] == rows[1]
     assert list(rows[0].tokens_by_age) == list(rows[1].tokens_by_age)
     # another mapping than a dict is read through its own .get, in Python
