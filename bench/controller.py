@@ -121,28 +121,34 @@ def one(mode: str, rate: int, seconds: float, endpoint: str, tmp: Path) -> dict[
     opened = {m: _open(m, endpoint, tmp / m if len(modes) > 1 else tmp) for m in modes}
     time.sleep(0.3)
     slices = max(int(seconds / SLICE), 1)
-    events = with_otel.mixed_events(int(rate * SLICE * slices) + rate)
-    position = dict.fromkeys(modes, 0)
+    per_slice = int(rate * SLICE * 1.05) + 10  # the most a slice emits, with room for overrun
+    made = 0  # slices whose events were made: each slice's groups are numbered apart
 
     def noop(name: str, /, **fields: Any) -> None:
         pass
 
     def run_slice(which: str | None) -> float:
-        """One slice; the traced ones go on through the events, the no-op ones reuse them."""
+        """One slice, traced or into the no-op, emitting events made just before it.
+
+        Made fresh for every slice of either kind, as a controller makes its fields just
+        before it emits them: taken from one list made up front, the traced slices read
+        events long out of the cache while the no-op slices reused the first ones, and
+        the traced slices paid for those cache misses as if they were the trace's."""
+        nonlocal made
+        made += 1
+        events = with_otel.mixed_events(per_slice, first_group=made * 100_000)
         emit = opened[which][0].emit if which is not None else noop
         units = emitted = 0
-        base = position[which] if which is not None else 0
         start = time.perf_counter()
         end = start + SLICE
         while (now := time.perf_counter()) < end:
             work_unit()
             units += 1
             due = int((now - start) * rate) - emitted
-            for kind, fields in events[base + emitted : base + emitted + due]:
+            for kind, fields in events[emitted : emitted + due]:
                 emit(kind, **fields)
             emitted += due
         if which is not None:
-            position[which] += emitted
             # The slice's time includes writing (and, in-process, exporting) what it
             # emitted: work left to the pause would slow the next no-op slice instead.
             opened[which][0].flush()

@@ -32,10 +32,11 @@ receiver.close()  # stop the server before exit, not in the middle of interprete
 """
 
 
-def mixed_events(n: int) -> list[Event]:
-    """``n`` events of a realistic run, with unique IDs."""
+def mixed_events(n: int, first_group: int = 0) -> list[Event]:
+    """``n`` events of a realistic run, with unique IDs (groups numbered from
+    ``first_group``, so that calls with starts far enough apart make no ID twice)."""
     events: list[Event] = []
-    group = 0
+    group = first_group
     while len(events) < n:
         gids = []
         for _ in range(4):
