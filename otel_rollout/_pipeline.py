@@ -26,6 +26,13 @@ from typing import Any
 from ._hold import Hold
 from .exporters import CountingExporter, EventExporter, LogExporter
 
+# The caller's emit in C wherever built (_emit.c: the same events, ~0.5 us less of the
+# caller's time each); the closure in make_emit otherwise.
+try:
+    from ._emit import Emitter as _Emitter
+except ImportError:  # pragma: no cover - built by every install with a C compiler
+    _Emitter = None
+
 _log = logging.getLogger("otel_rollout")
 
 RESERVED = ("t", "run_id", "event")
@@ -127,8 +134,19 @@ class Pipeline:
         )
         self._thread.start()
 
-    def make_emit(self) -> Emit:
-        """The caller's hot path: stamp the event and enqueue it, or count a drop."""
+    def make_emit(self, *, compiled: bool = True) -> Emit:
+        """The caller's hot path: stamp the event and enqueue it, or count a drop (in C
+        where built, unless not ``compiled``: the closure below, with the same results)."""
+        if compiled and _Emitter is not None:
+            return _Emitter(
+                put=self._queue.put,
+                qsize=self._queue.qsize,
+                capacity=self._capacity,
+                now=time.time,
+                on_full=self._count_queue_full,
+                rename=self._rename_reserved,
+                run_id=self.run_id,
+            )
         put = self._queue.put
         qsize = self._queue.qsize
         capacity = self._capacity
