@@ -131,7 +131,7 @@ class RolloutTrace:
             busy_hold=config.WRITER_HOLD.resolve(),
         )
         self._config_fields = config_fields
-        self.emit = self._pipeline.make_emit()  # type: ignore[method-assign]  # the pipeline's closure is the fast emit
+        self.emit = self._pipeline.make_emit()  # type: ignore[method-assign]  # the pipeline's emit (C, or a closure) is the fast one
         # A second trace this process opens on a log it already writes (by any spelling of its
         # path; in a forked child, one the child took over) is the same run, each process
         # being one: its run.start names the first's run as parent, as a forked child's
@@ -224,7 +224,7 @@ class RolloutTrace:
 
         Never blocks on I/O and never raises; after :meth:`close` it does nothing.
         """
-        # Replaced per instance by the pipeline's closure (or a no-op); this body
+        # Replaced per instance by the pipeline's emit (or a no-op); this body
         # only runs when called through the class, e.g. RolloutTrace.emit(trace, ...).
         self.emit(event, **fields)
 
@@ -297,7 +297,7 @@ class RolloutTrace:
             self._sidecar = None
         run_id, mine = self.run_id, self._exporters
         self._pipeline.restart_in_child(run_id, lambda: [*mine, *self._made_here(run_id)])
-        self.emit = self._pipeline.make_emit()  # type: ignore[method-assign]  # the pipeline's closure is the fast emit
+        self.emit = self._pipeline.make_emit()  # type: ignore[method-assign]  # the pipeline's emit (C, or a closure) is the fast one
         self._submit_run_start(parent_run_id=parent)
 
 

@@ -27,10 +27,26 @@ class Plain(enum.Enum):
     STEP = "train.step"
 
 
-def test_the_compiled_emit_is_built_under_ci():
-    """CI builds otel_rollout._emit: a failed build fails there rather than passing slower."""
+def test_the_compiled_emit_is_built_under_ci(tmp_path):
+    """CI builds otel_rollout._emit, and a trace emits through it: a failed build fails
+    there rather than passing slower."""
     if _pipeline._Emitter is None:
         assert os.environ.get("CI") != "true", "otel_rollout._emit was not built"
+        return
+    with RolloutTrace(tmp_path / "t.jsonl") as trace:
+        assert isinstance(trace.emit, _pipeline._Emitter)
+
+
+@compiled
+@pytest.mark.parametrize("capacity", [3.5, float("inf"), 2**64])
+def test_a_capacity_of_any_number_is_compared_as_the_closure_does(tmp_path, capacity):
+    """A capacity that is a float, infinite or past 64 bits is taken, as by the closure:
+    the comparison is Python's."""
+    with RolloutTrace(tmp_path / "t.jsonl", capacity=capacity) as trace:
+        assert isinstance(trace.emit, _pipeline._Emitter)
+        trace.emit("x", n=1)
+        trace.flush()
+        assert trace.stats.written == 2 and trace.stats.dropped == 0
 
 
 def _emitters(tmp_path: Path, name: str) -> dict[str, RolloutTrace]:
@@ -40,6 +56,8 @@ def _emitters(tmp_path: Path, name: str) -> dict[str, RolloutTrace]:
         trace = RolloutTrace(tmp_path / f"{name}-{kind}.jsonl")
         trace.emit = trace._pipeline.make_emit(compiled=kind == "compiled")  # type: ignore[method-assign]
         traces[kind] = trace
+    assert isinstance(traces["compiled"].emit, _pipeline._Emitter)  # not the closure twice
+    assert not isinstance(traces["closure"].emit, _pipeline._Emitter)
     return traces
 
 
@@ -79,7 +97,8 @@ def test_both_emits_write_the_same_lines_and_counts(tmp_path_factory, calls):
         events = [orjson.loads(line) for line in trace.path.read_bytes().splitlines()][1:]
         for event in events:  # the time and the run's ID are each trace's own
             assert isinstance(event.pop("t"), float) and event.pop("run_id") == trace.run_id
-        lines[kind] = [e for e in events if e["event"] != "run.end"]
+        # As lists of items: the order of the keys is compared too.
+        lines[kind] = [list(e.items()) for e in events if e["event"] != "run.end"]
     assert lines["compiled"] == lines["closure"]
     assert len(lines["compiled"]) == len(calls)
     counts = {kind: trace.stats.renamed_fields for kind, trace in traces.items()}
@@ -177,3 +196,40 @@ def test_the_compiled_emit_holds_no_reference_it_should_not(tmp_path):
     assert after == before
     assert trace.stats.dropped_queue_full == 1000
     trace.close()
+
+
+class Failing(Exception):
+    pass
+
+
+@compiled
+@pytest.mark.parametrize("failing", ["now", "qsize", "put", "on_full", "rename"])
+def test_an_error_inside_emit_is_raised_and_leaks_nothing(failing):
+    """When a part emit calls raises, emit raises it and holds on to nothing: the time
+    stamp, the name, the values and what the parts returned are referenced as before."""
+    stamp, value, returned = 1.5e9 + 0.25, object(), object()
+
+    def part(name, result):
+        def call(*args):
+            if name == failing:
+                raise Failing(name)
+            return result
+
+        return call
+
+    emit = _pipeline._Emitter(
+        put=part("put", returned),
+        qsize=part("qsize", 0),
+        capacity=0 if failing == "on_full" else 1,
+        now=part("now", stamp),
+        on_full=part("on_full", returned),
+        rename=part("rename", {"t": stamp}),
+        run_id="r",
+    )
+    fields = {"t": value} if failing == "rename" else {"v": value}
+    watched = (stamp, value, returned)
+    before = [sys.getrefcount(x) for x in watched]
+    for _ in range(100):
+        with pytest.raises(Failing):
+            emit("x", **fields)
+    assert [sys.getrefcount(x) for x in watched] == before
