@@ -122,7 +122,7 @@ def one(mode: str, rate: int, seconds: float, endpoint: str, tmp: Path) -> dict[
     time.sleep(0.3)
     slices = max(int(seconds / SLICE), 1)
     per_slice = int(rate * SLICE * 1.05) + 10  # the most a slice emits, with room for overrun
-    made = 0  # slices whose events were made: each slice's groups are numbered apart
+    position: dict[str | None, int] = dict.fromkeys([*modes, None], 0)  # each mode's stream
 
     def noop(name: str, /, **fields: Any) -> None:
         pass
@@ -133,10 +133,9 @@ def one(mode: str, rate: int, seconds: float, endpoint: str, tmp: Path) -> dict[
         Made fresh for every slice of either kind, as a controller makes its fields just
         before it emits them: taken from one list made up front, the traced slices read
         events long out of the cache while the no-op slices reused the first ones, and
-        the traced slices paid for those cache misses as if they were the trace's."""
-        nonlocal made
-        made += 1
-        events = with_otel.mixed_events(per_slice, first_group=made * 100_000)
+        the traced slices paid for those cache misses as if they were the trace's.  Each
+        mode's events go on from where its last slice stopped (no group left open)."""
+        events = with_otel.stream(position[which], per_slice)
         emit = opened[which][0].emit if which is not None else noop
         units = emitted = 0
         start = time.perf_counter()
@@ -148,6 +147,8 @@ def one(mode: str, rate: int, seconds: float, endpoint: str, tmp: Path) -> dict[
             for kind, fields in events[emitted : emitted + due]:
                 emit(kind, **fields)
             emitted += due
+        assert emitted <= len(events), "a slice emitted more events than were made for it"
+        position[which] += emitted
         if which is not None:
             # The slice's time includes writing (and, in-process, exporting) what it
             # emitted: work left to the pause would slow the next no-op slice instead.

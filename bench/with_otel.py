@@ -74,6 +74,18 @@ def mixed_events(n: int, first_group: int = 0) -> list[Event]:
     return events[:n]
 
 
+#: Events in one cycle of the mix: four groups of 19 events, a train.step and a weights.sync.
+CYCLE = 78
+
+
+def stream(position: int, n: int) -> list[Event]:
+    """The ``n`` events from ``position`` on of one endless run of the mix, made anew (as a
+    controller makes its fields just before it emits them): ``mixed_events(position +
+    n)[position:]``, without making the events before ``position``."""
+    cycle, offset = divmod(position, CYCLE)
+    return mixed_events(offset + n, first_group=4 * cycle)[offset:]
+
+
 class Receiver:
     """An OTLP receiver in its own process; ``close`` returns the spans it counted."""
 
