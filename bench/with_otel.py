@@ -32,50 +32,53 @@ receiver.close()  # stop the server before exit, not in the middle of interprete
 """
 
 
+#: Prompt groups in one cycle of the mix, which then ends with a train.step and a weights.sync.
+GROUPS_PER_CYCLE = 4
+
+
+def _cycle(first_group: int) -> list[Event]:
+    """One cycle of the mix: :data:`GROUPS_PER_CYCLE` groups numbered from ``first_group``
+    (a reserve, an admit, eight attempts dispatched and sealed, a seal), then the step that
+    trains them and a weight sync."""
+    events: list[Event] = []
+    gids = []
+    for group in range(first_group, first_group + GROUPS_PER_CYCLE):
+        gid = f"g{group}"
+        gids.append(gid)
+        ids = {"group_id": gid, "prompt_id": group + 1}
+        events.append(("group.reserve", {**ids, "size": 8, "weight_version": 7, "epoch": 0}))
+        events.append(("group.admit", ids))
+        for i in range(8):
+            a = {**ids, "attempt_id": f"{gid}-a{i}", "generation_index": i}
+            events.append(("attempt.dispatch", {**a, "weight_version": 7, "epoch": 0}))
+            events.append(("attempt.seal", {**a, "tokens": 300, "calls": [[f"{gid}-{i}", 7, 300]]}))
+        events.append(("group.seal", {**ids, "tokens": 2400, "tokens_by_version": {"7": 2400}}))
+    step = {
+        "step": first_group + GROUPS_PER_CYCLE,
+        "trained_version": 8,
+        "group_ids": gids,
+        "batch_age": 1.0,
+        "duration_s": 0.001,
+    }
+    events.append(("train.step", step))
+    sync = {"replaced_version": 8, "new_version": 9, "cuts": [["c", 10]], "duration_s": 0.001}
+    events.append(("weights.sync", sync))
+    return events
+
+
+#: Events in one cycle of the mix.
+CYCLE = len(_cycle(0))
+
+
 def mixed_events(n: int, first_group: int = 0) -> list[Event]:
     """``n`` events of a realistic run, with unique IDs (groups numbered from
     ``first_group``, so that calls with starts far enough apart make no ID twice)."""
     events: list[Event] = []
     group = first_group
     while len(events) < n:
-        gids = []
-        for _ in range(4):
-            gid = f"g{group}"
-            group += 1
-            gids.append(gid)
-            ids = {"group_id": gid, "prompt_id": group}
-            events.append(("group.reserve", {**ids, "size": 8, "weight_version": 7, "epoch": 0}))
-            events.append(("group.admit", ids))
-            for i in range(8):
-                a = {**ids, "attempt_id": f"{gid}-a{i}", "generation_index": i}
-                events.append(("attempt.dispatch", {**a, "weight_version": 7, "epoch": 0}))
-                events.append(
-                    ("attempt.seal", {**a, "tokens": 300, "calls": [[f"{gid}-{i}", 7, 300]]})
-                )
-            events.append(("group.seal", {**ids, "tokens": 2400, "tokens_by_version": {"7": 2400}}))
-        events.append(
-            (
-                "train.step",
-                {
-                    "step": group,
-                    "trained_version": 8,
-                    "group_ids": gids,
-                    "batch_age": 1.0,
-                    "duration_s": 0.001,
-                },
-            )
-        )
-        events.append(
-            (
-                "weights.sync",
-                {"replaced_version": 8, "new_version": 9, "cuts": [["c", 10]], "duration_s": 0.001},
-            )
-        )
+        events += _cycle(group)
+        group += GROUPS_PER_CYCLE
     return events[:n]
-
-
-#: Events in one cycle of the mix: four groups of 19 events, a train.step and a weights.sync.
-CYCLE = 78
 
 
 def stream(position: int, n: int) -> list[Event]:
@@ -83,7 +86,7 @@ def stream(position: int, n: int) -> list[Event]:
     controller makes its fields just before it emits them): ``mixed_events(position +
     n)[position:]``, without making the events before ``position``."""
     cycle, offset = divmod(position, CYCLE)
-    return mixed_events(offset + n, first_group=4 * cycle)[offset:]
+    return mixed_events(offset + n, first_group=GROUPS_PER_CYCLE * cycle)[offset:]
 
 
 class Receiver:
