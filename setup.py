@@ -15,7 +15,12 @@ setup(
     ext_modules=[
         Extension("otel_rollout._scan", sources=["otel_rollout/_scan.c"], optional=True),
         Extension("otel_rollout._age", sources=["otel_rollout/_age.c"], optional=True),
-        Extension("otel_rollout._emit", sources=["otel_rollout/_emit.c"], optional=True),
+        Extension(
+            "otel_rollout._emit",
+            sources=["otel_rollout/_emit.c"],
+            depends=["otel_rollout/_emit_json.h"],
+            optional=True,
+        ),
         Extension(
             "otel_rollout._hot",
             sources=["otel_rollout/_hot.c"],

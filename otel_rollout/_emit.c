@@ -8,17 +8,120 @@
  * rename(t, name, fields), and put the event on the queue while qsize() < capacity,
  * or call on_full().
  *
- * Why C: a Python function called with keywords gets them as a dict of its own, which
- * the closure then copies into the event (a dict more an event, freed at once).  Called
- * through vectorcall, this one gets the keywords' names and values as arrays and builds
- * the event dict only (a caller's emit(kind, **fields) still unpacks its own dict at
- * the call).  Best of 30 over the bench's event mix: ~0.2 us over a no-op call, where
- * the closure took ~0.6 (~1.2 in a controller loop, its events cold in the cache): a
- * third of what the log took from a controller that keeps the GIL busy at 10,000/s.
+ * Line mode (buffer=LineBuffer(), wake, slow, limit; the pipeline's choice when the
+ * log is its only exporter): the event becomes its line at once, appended to the
+ * buffer while it holds fewer than capacity lines.  The line is made here from the
+ * call's arguments (_emit_json.h: no event dict) for the common values, and by
+ * slow(event), the log's own rule in Python, for the rest; the writer thread takes
+ * the buffer whole as one bytes.  A writer waiting for a line (buffer.idle) is woken
+ * by wake().
+ *
+ * Why: a controller that keeps the GIL busy lost 5-7% of its throughput to the log
+ * at 10,000 events/s while the writer thread encoded event dicts made on another core
+ * (1.4-2.6 us of the writer's time an event, most of it under the GIL).  Encoding them
+ * with orjson on the caller's thread only moved that time to the caller.  Made here,
+ * a line costs the caller ~0.1-0.3 us over a no-op call, and the writer only writes
+ * (bench/README.md).  Called through vectorcall, emit gets the keywords' names and
+ * values as arrays, with no dict of its own.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <structmember.h>
+
+#include "_emit_json.h"
+
+/* The lines emitted and not yet taken by the writer: appended by emit (and by the trace
+ * for its own events), taken whole by the writer as one bytes.  Every access holds the
+ * GIL, so the buffer needs no lock of its own. */
+typedef struct {
+    PyObject_HEAD
+    Buf buf;
+    Py_ssize_t lines;
+    double first_t; /* when the oldest line not yet taken was emitted */
+    char idle;      /* the writer waits for a line: the next emit wakes it */
+} LineBuffer;
+
+static PyTypeObject LineBufferType;
+
+static PyObject *linebuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    if (!PyArg_ParseTuple(args, ":LineBuffer"))
+        return NULL;
+    return type->tp_alloc(type, 0);
+}
+
+static void linebuffer_dealloc(LineBuffer *self)
+{
+    PyMem_Free(self->buf.data);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static void linebuffer_added(LineBuffer *self, double t)
+{
+    if (self->lines++ == 0)
+        self->first_t = t;
+}
+
+static PyObject *linebuffer_append(LineBuffer *self, PyObject *args)
+{
+    Py_buffer line;
+    double t;
+    if (!PyArg_ParseTuple(args, "y*d:append", &line, &t))
+        return NULL;
+    int failed = buf_put(&self->buf, line.buf, line.len);
+    PyBuffer_Release(&line);
+    if (failed)
+        return NULL;
+    linebuffer_added(self, t);
+    Py_RETURN_NONE;
+}
+
+static PyObject *linebuffer_take(LineBuffer *self, PyObject *unused)
+{
+    if (self->lines == 0)
+        Py_RETURN_NONE;
+    PyObject *data = PyBytes_FromStringAndSize(self->buf.data, self->buf.len);
+    if (data == NULL)
+        return NULL;
+    PyObject *taken = Py_BuildValue("(Nnd)", data, self->lines, self->first_t);
+    if (taken == NULL)
+        return NULL;
+    self->buf.len = 0;
+    self->lines = 0;
+    if (self->buf.cap > (1 << 22)) { /* a burst's buffer is not kept for good */
+        PyMem_Free(self->buf.data);
+        self->buf.data = NULL;
+        self->buf.cap = 0;
+    }
+    return taken;
+}
+
+static PyMethodDef linebuffer_methods[] = {
+    {"append", (PyCFunction)linebuffer_append, METH_VARARGS,
+     "append(line, t): one whole line (ending in a newline), emitted at t."},
+    {"take", (PyCFunction)linebuffer_take, METH_NOARGS,
+     "take() -> (data, lines, first_t) or None: every line so far, the buffer emptied."},
+    {NULL},
+};
+
+static PyMemberDef linebuffer_members[] = {
+    {"lines", T_PYSSIZET, offsetof(LineBuffer, lines), READONLY, "Lines not yet taken."},
+    {"idle", T_BOOL, offsetof(LineBuffer, idle), 0,
+     "Set by the writer before it waits: the next line calls the emitter's wake()."},
+    {NULL},
+};
+
+static PyTypeObject LineBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "otel_rollout._emit.LineBuffer",
+    .tp_basicsize = sizeof(LineBuffer),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The log's lines emitted and not yet written (see _pipeline.Pipeline).",
+    .tp_new = linebuffer_new,
+    .tp_dealloc = (destructor)linebuffer_dealloc,
+    .tp_methods = linebuffer_methods,
+    .tp_members = linebuffer_members,
+};
 
 typedef struct {
     PyObject_HEAD
@@ -30,6 +133,12 @@ typedef struct {
     PyObject *on_full;
     PyObject *rename;
     PyObject *run_id;
+    /* The line mode (buffer NULL: event dicts are queued): see emit_line. */
+    LineBuffer *buffer;
+    PyObject *wake;
+    PyObject *slow;
+    PyObject *run_id_json;
+    Py_ssize_t limit;
 } Emitter;
 
 static PyObject *key_time, *key_run_id, *key_event; /* interned, made at import */
@@ -50,6 +159,119 @@ static PyObject *fields_dict(PyObject *const *values, PyObject *kwnames)
     return fields;
 }
 
+/* The event dict the closure makes: the time, the run, the name, the fields in order; a
+ * field named t, run_id or event handed to rename. */
+static PyObject *event_dict(Emitter *self, PyObject *t, PyObject *name, PyObject *const *values,
+                            PyObject *kwnames)
+{
+    Py_ssize_t n = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    PyObject *event = PyDict_New();
+    if (event == NULL)
+        return NULL;
+    if (PyDict_SetItem(event, key_time, t) < 0 || PyDict_SetItem(event, key_run_id, self->run_id) < 0
+        || PyDict_SetItem(event, key_event, name) < 0)
+        goto error;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (PyDict_SetItem(event, PyTuple_GET_ITEM(kwnames, i), values[i]) < 0)
+            goto error;
+    }
+    if (PyDict_GET_SIZE(event) != n + 3) { /* a field named t, run_id or event */
+        PyObject *fields = fields_dict(values, kwnames);
+        if (fields == NULL)
+            goto error;
+        Py_SETREF(event, PyObject_CallFunctionObjArgs(self->rename, t, name, fields, NULL));
+        Py_DECREF(fields);
+    }
+    return event;
+error:
+    Py_DECREF(event);
+    return NULL;
+}
+
+static int has_room(Emitter *self, Py_ssize_t held)
+{
+    PyObject *size = held >= 0 ? PyLong_FromSsize_t(held) : PyObject_CallNoArgs(self->qsize);
+    if (size == NULL)
+        return -1;
+    int room = PyObject_RichCompareBool(size, self->capacity, Py_LT); /* as the closure: any number */
+    Py_DECREF(size);
+    return room;
+}
+
+/* Line mode: the event's line appended to the buffer, made here (json_line) where it can
+ * be, else by slow(event), the log's own rule, from the event dict with the time to the
+ * microsecond; the writer woken if it waits for a line. */
+static PyObject *emit_line(Emitter *self, PyObject *name, PyObject *const *values,
+                           PyObject *kwnames)
+{
+    LineBuffer *lb = self->buffer;
+    int room = has_room(self, lb->lines);
+    if (room <= 0)
+        return room < 0 ? NULL : PyObject_CallNoArgs(self->on_full);
+    PyObject *t = PyObject_CallNoArgs(self->now);
+    if (t == NULL)
+        return NULL;
+    double seconds = PyFloat_AsDouble(t);
+    if (seconds == -1.0 && PyErr_Occurred()) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    /* Below 2**33 s (the year 2242) a microsecond is a float's whole digits. */
+    int in_range = isfinite(seconds) && seconds >= 0 && seconds < 8589934592.0;
+    long long micros = in_range ? llround(seconds * 1e6) : 0;
+    int done = in_range ? json_line(&lb->buf, micros, self->run_id_json, name, values, kwnames,
+                                    self->limit)
+                        : 0;
+    if (done < 0) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    double stamp = in_range ? (double)micros / 1e6 : seconds;
+    if (done == 0) { /* the log's rule, in Python */
+        if (PyErr_Occurred()) { /* a string or number this writer does not take */
+            if (!PyErr_ExceptionMatches(PyExc_Exception) || PyErr_ExceptionMatches(PyExc_MemoryError)) {
+                Py_DECREF(t);
+                return NULL;
+            }
+            PyErr_Clear();
+        }
+        if (in_range)
+            Py_SETREF(t, PyFloat_FromDouble(stamp));
+        if (t == NULL)
+            return NULL;
+        PyObject *event = event_dict(self, t, name, values, kwnames);
+        if (event == NULL) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyObject *line = PyObject_CallOneArg(self->slow, event);
+        Py_DECREF(event);
+        if (line == NULL) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        if (!PyBytes_Check(line)) {
+            Py_DECREF(line);
+            Py_DECREF(t);
+            PyErr_SetString(PyExc_TypeError, "emit: the log's rule made no bytes");
+            return NULL;
+        }
+        int failed = buf_put(&lb->buf, PyBytes_AS_STRING(line), PyBytes_GET_SIZE(line));
+        Py_DECREF(line);
+        if (failed) {
+            Py_DECREF(t);
+            return NULL;
+        }
+    }
+    Py_DECREF(t);
+    linebuffer_added(lb, stamp);
+    if (lb->idle) {
+        lb->idle = 0;
+        return PyObject_CallNoArgs(self->wake);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *emitter_call(PyObject *callable, PyObject *const *args, size_t nargsf,
                               PyObject *kwnames)
 {
@@ -68,60 +290,63 @@ static PyObject *emitter_call(PyObject *callable, PyObject *const *args, size_t 
         PyErr_SetString(PyExc_RuntimeError, "emit() of a pipeline being torn down");
         return NULL;
     }
-    PyObject *name = args[0];
-    Py_ssize_t n = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (self->buffer != NULL)
+        return emit_line(self, args[0], args + 1, kwnames);
     PyObject *t = PyObject_CallNoArgs(self->now);
     if (t == NULL)
         return NULL;
-    PyObject *event = PyDict_New();
+    PyObject *event = event_dict(self, t, args[0], args + 1, kwnames);
+    Py_DECREF(t);
     if (event == NULL)
-        goto error;
-    if (PyDict_SetItem(event, key_time, t) < 0 || PyDict_SetItem(event, key_run_id, self->run_id) < 0
-        || PyDict_SetItem(event, key_event, name) < 0)
-        goto error;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (PyDict_SetItem(event, PyTuple_GET_ITEM(kwnames, i), args[1 + i]) < 0)
-            goto error;
+        return NULL;
+    int room = has_room(self, -1);
+    if (room < 0) {
+        Py_DECREF(event);
+        return NULL;
     }
-    if (PyDict_GET_SIZE(event) != n + 3) { /* a field named t, run_id or event */
-        PyObject *fields = fields_dict(args + 1, kwnames);
-        if (fields == NULL)
-            goto error;
-        Py_SETREF(event, PyObject_CallFunctionObjArgs(self->rename, t, name, fields, NULL));
-        Py_DECREF(fields);
-        if (event == NULL)
-            goto error;
-    }
-    Py_CLEAR(t);
-    PyObject *size = PyObject_CallNoArgs(self->qsize);
-    if (size == NULL)
-        goto error;
-    int room = PyObject_RichCompareBool(size, self->capacity, Py_LT); /* as the closure: any number */
-    Py_DECREF(size);
-    if (room < 0)
-        goto error;
     PyObject *done = room ? PyObject_CallOneArg(self->put, event) : PyObject_CallNoArgs(self->on_full);
     Py_DECREF(event);
     if (done == NULL)
         return NULL;
     Py_DECREF(done);
     Py_RETURN_NONE;
-error:
-    Py_XDECREF(t);
-    Py_XDECREF(event);
-    return NULL;
 }
 
 static PyObject *emitter_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    static char *names[] = {"put", "qsize", "capacity", "now", "on_full", "rename", "run_id", NULL};
+    static char *names[] = {"put", "qsize", "capacity", "now", "on_full", "rename", "run_id",
+                            "buffer", "wake", "slow", "limit", NULL};
     PyObject *put, *qsize, *capacity, *now, *on_full, *rename, *run_id;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOO:Emitter", names, &put, &qsize,
-                                     &capacity, &now, &on_full, &rename, &run_id))
+    PyObject *buffer = Py_None, *wake = Py_None, *slow = Py_None;
+    Py_ssize_t limit = PY_SSIZE_T_MAX;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOO|$OOOn:Emitter", names, &put, &qsize,
+                                     &capacity, &now, &on_full, &rename, &run_id, &buffer, &wake,
+                                     &slow, &limit))
         return NULL;
+    PyObject *run_id_json = NULL;
+    if (buffer != Py_None) {
+        if (!PyObject_TypeCheck(buffer, &LineBufferType) || !PyCallable_Check(wake)
+            || !PyCallable_Check(slow) || !PyUnicode_CheckExact(run_id)) {
+            PyErr_SetString(PyExc_TypeError,
+                            "Emitter: a LineBuffer comes with callables wake and slow, and a str run_id");
+            return NULL;
+        }
+        Buf b = {NULL, 0, 0};
+        int done = put_string(&b, run_id);
+        if (done > 0)
+            run_id_json = PyBytes_FromStringAndSize(b.data, b.len);
+        PyMem_Free(b.data);
+        if (run_id_json == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "Emitter: a run_id JSON cannot hold");
+            return NULL;
+        }
+    }
     Emitter *self = (Emitter *)type->tp_alloc(type, 0);
-    if (self == NULL)
+    if (self == NULL) {
+        Py_XDECREF(run_id_json);
         return NULL;
+    }
     self->vectorcall = emitter_call;
     self->capacity = Py_NewRef(capacity);
     self->put = Py_NewRef(put);
@@ -130,6 +355,13 @@ static PyObject *emitter_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     self->on_full = Py_NewRef(on_full);
     self->rename = Py_NewRef(rename);
     self->run_id = Py_NewRef(run_id);
+    if (buffer != Py_None) {
+        self->buffer = (LineBuffer *)Py_NewRef(buffer);
+        self->wake = Py_NewRef(wake);
+        self->slow = Py_NewRef(slow);
+        self->run_id_json = run_id_json;
+    }
+    self->limit = limit;
     return (PyObject *)self;
 }
 
@@ -142,6 +374,9 @@ static int emitter_traverse(Emitter *self, visitproc visit, void *arg)
     Py_VISIT(self->on_full);
     Py_VISIT(self->rename);
     Py_VISIT(self->run_id);
+    Py_VISIT(self->buffer);
+    Py_VISIT(self->wake);
+    Py_VISIT(self->slow);
     return 0;
 }
 
@@ -154,6 +389,10 @@ static int emitter_clear(Emitter *self)
     Py_CLEAR(self->on_full);
     Py_CLEAR(self->rename);
     Py_CLEAR(self->run_id);
+    Py_CLEAR(self->buffer);
+    Py_CLEAR(self->wake);
+    Py_CLEAR(self->slow);
+    Py_CLEAR(self->run_id_json);
     return 0;
 }
 
@@ -168,6 +407,8 @@ static PyMemberDef emitter_members[] = {
     {"capacity", T_OBJECT, offsetof(Emitter, capacity), READONLY,
      "Events the queue holds before emit drops (and counts) them."},
     {"run_id", T_OBJECT, offsetof(Emitter, run_id), READONLY, "The run_id every event gets."},
+    {"buffer", T_OBJECT, offsetof(Emitter, buffer), READONLY,
+     "The LineBuffer each event's line is appended to; None: event dicts are queued."},
     {NULL},
 };
 
@@ -197,12 +438,13 @@ PyMODINIT_FUNC PyInit__emit(void)
     key_event = PyUnicode_InternFromString("event");
     if (key_time == NULL || key_run_id == NULL || key_event == NULL)
         return NULL;
-    if (PyType_Ready(&EmitterType) < 0)
+    if (PyType_Ready(&EmitterType) < 0 || PyType_Ready(&LineBufferType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    if (PyModule_AddObjectRef(m, "Emitter", (PyObject *)&EmitterType) < 0) {
+    if (PyModule_AddObjectRef(m, "Emitter", (PyObject *)&EmitterType) < 0
+        || PyModule_AddObjectRef(m, "LineBuffer", (PyObject *)&LineBufferType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -16,7 +16,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from queue import Empty, SimpleQueue
-from typing import Any
 
 __all__ = ["BUSY_LAG", "BUSY_SHARE", "Hold", "others_cpu"]
 
@@ -71,13 +70,13 @@ class Hold:
         caller's, and the hold is made on the thread that makes the pipeline."""
         self._since, self._cpu_since = self._clock(), self._cpu()
 
-    def taken(self, first: Any) -> None:
-        """The writer took a batch whose oldest item is ``first`` (an event dict, or a
-        flush or stop marker): was it kept waiting by a busy GIL?"""
+    def taken(self, emitted: float | None) -> None:
+        """The writer took a batch whose oldest event was emitted at ``emitted`` (None: a
+        flush or stop marker came first): was it kept waiting by a busy GIL?"""
         if not self.seconds:
             return
         at, at_clock = self._now(), self._clock()
-        emitted = first.get("t", at) if first.__class__ is dict else at
+        emitted = at if emitted is None else emitted
         late = at - emitted  # the oldest event's wait for the writer
         if self._held_until is not None:  # ...or the GIL's return after the hold, if shorter
             late = min(late, at_clock - self._held_until)  # (an event may come after it)

@@ -1,15 +1,21 @@
 """The background engine: one queue, one thread, the log and a list of other exporters.
 
 The caller's side is a callable made once (:func:`Pipeline.make_emit`: in C
-where built, ``_emit.Emitter``, a closure otherwise) that builds the event dict
-(the time stamp, ``run_id``, ``event`` and the fields) and puts it on a
-``SimpleQueue``: no more work than the plain design, so the
-writer is left with only what it must do.  Encoding, I/O, spans and metrics
-happen on the background thread (syncs to disk on the log's own syncer
-thread, so the writer never waits for the disk).  The log
-(:class:`~otel_rollout.exporters.LogExporter`) is the canonical record:
-what it cannot write, and what the full queue turned away, is reported in the
-log itself as ``trace.dropped`` once it accepts writes again.
+where built, ``_emit.Emitter``, a closure otherwise).  When the log is the
+pipeline's only exporter (the default: spans, metrics and trackers are made by
+the export sidecar, from the file) it makes the event's line at once and
+appends it to a line buffer (``_emit.LineBuffer``: in C from the call's arguments for the
+common values, by the log's own rule,
+:meth:`~otel_rollout.exporters.JsonlExporter.encode_line`, for the rest); the
+writer thread takes the buffer whole and writes it, with no work of its own an
+event.  With exporters in the process, emit builds the event dict (the time
+stamp, ``run_id``, ``event`` and the fields) and puts it on a ``SimpleQueue``;
+encoding, I/O, spans and metrics then happen on the writer thread.  Syncs to
+disk happen on the log's own syncer thread, so the writer never waits for the
+disk.  The log (:class:`~otel_rollout.exporters.LogExporter`) is the canonical
+record: what it cannot write, and what the full queue or buffer turned away,
+is reported in the log itself as ``trace.dropped`` once it accepts writes
+again.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import enum
 import logging
 import reprlib
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -24,20 +31,24 @@ from dataclasses import dataclass, field, fields, replace
 from queue import SimpleQueue
 from typing import Any
 
-from ._hold import Hold
-from .exporters import CountingExporter, EventExporter, LogExporter
+import orjson
 
-# The caller's emit in C wherever built (_emit.c: the same events, ~0.4 us less of the
-# caller's time each); the closure in make_emit otherwise.
+from ._hold import Hold
+from .exporters import CountingExporter, EventExporter, JsonlExporter, LogExporter
+
+# The caller's emit in C wherever built (_emit.c: the same events and lines, and for the
+# log alone the lines made in C into a LineBuffer); the closure in make_emit otherwise.
 try:
     from ._emit import Emitter as _Emitter
+    from ._emit import LineBuffer as _LineBuffer
 except ImportError:  # pragma: no cover - built by every install with a C compiler
-    _Emitter = None
+    _Emitter = _LineBuffer = None
 
 _log = logging.getLogger("otel_rollout")
 
 RESERVED = ("t", "run_id", "event")
 _STOP = object()
+_WAKE = object()  # emit's wake-up for a writer waiting for a line (line mode)
 
 Emit = Callable[..., None]
 
@@ -130,31 +141,50 @@ class Pipeline:
         self._drops_carried = 0  # drops whose report was lost in a failed write
         self._give_up_at: float | None = None  # set by close: stop retrying a failing log then
         self._closed = False
+        #: The caller's emit queues each event's line, not its dict: the log is all there is
+        #: to export to (no exporters now, nor any a forked child's thread will make).
+        self.caller_encodes = (
+            exporters is None and not self.exporters and isinstance(self.log, JsonlExporter)
+        )
+        #: The lines the compiled emit makes, waiting for the writer (None: not built, or
+        #: events are queued as dicts for exporters in this process).
+        self.lines = _LineBuffer() if self.caller_encodes and _LineBuffer is not None else None
         self._thread = threading.Thread(
             target=self._run, args=(exporters,), name="otel-rollout-writer", daemon=True
         )
         self._thread.start()
 
-    def make_emit(self, *, compiled: bool = True) -> Emit:
-        """The caller's hot path: stamp the event and enqueue it, or count a drop (in C
-        where built, unless not ``compiled``: the closure below, with the same results)."""
+    def make_emit(self, *, compiled: bool = True, now: Callable[[], float] = time.time) -> Emit:
+        """The caller's hot path: stamp the event with ``now()`` and enqueue it (or its line,
+        if the pipeline :attr:`caller_encodes`), or count a drop (in C where built, unless
+        not ``compiled``: the closure below, with the same results)."""
+        encodes = self.caller_encodes
         if compiled and _Emitter is not None:
+            # With a LineBuffer, C makes the common line (a str name; strings, numbers, None
+            # and lists of them; under the limit) as the log would, and the log's own rule
+            # makes every other one, through _encode_line.
+            lines = self.lines
+            limit = getattr(self.log, "max_event_bytes", sys.maxsize)
             return _Emitter(
                 put=self._queue.put,
                 qsize=self._queue.qsize,
                 capacity=self._capacity,
-                now=time.time,
+                now=now,
                 on_full=self._count_queue_full,
                 rename=self._rename_reserved,
                 run_id=self.run_id,
+                buffer=lines,
+                wake=self._wake_writer if lines is not None else None,
+                slow=self._encode_line if lines is not None else None,
+                limit=min(limit, sys.maxsize),
             )
         put = self._queue.put
         qsize = self._queue.qsize
         capacity = self._capacity
-        now = time.time
         on_full = self._count_queue_full
         rename = self._rename_reserved
         run_id = self.run_id
+        encode = self._encode_line
 
         def emit(name: str, /, **fields: Any) -> None:
             t = now()
@@ -162,15 +192,43 @@ class Pipeline:
             if len(event) != len(fields) + 3:  # a field named t, run_id or event
                 event = rename(t, name, fields)
             if qsize() < capacity:
-                put(event)
+                put(encode(event) if encodes else event)
             else:
                 on_full()
 
         return emit
 
+    def _encode_line(self, event: dict[str, Any]) -> bytes:
+        """The event's line, made on the caller's thread by the log's rule; a name that is
+        no string made text first, as the writer would (counted as renamed)."""
+        name = event["event"]
+        if not isinstance(name, str):
+            value = _enum_value(name)
+            if value is None:
+                value = self._text_of(name)
+                with self._lock:
+                    self.stats.renamed_fields += 1
+            event["event"] = value
+        assert isinstance(self.log, JsonlExporter)  # caller_encodes: the log is the file
+        return self.log.encode_line(event)
+
     def submit(self, event: dict[str, Any]) -> None:
-        """Enqueue an event the trace itself makes (``run.start``), past the capacity check."""
-        self._queue.put(event)
+        """Enqueue an event the trace itself makes (``run.start``), past the capacity check
+        (as its line, after the lines emitted before it, in line mode)."""
+        lines = self.lines
+        if lines is None:
+            self._queue.put(event)
+            return
+        lines.append(self._encode_line(event), event["t"])
+        if lines.idle:
+            lines.idle = False
+            self._wake_writer()
+
+    def _wake_writer(self) -> None:
+        """Wake a writer that waits for a line (it set ``lines.idle``): a marker of its own."""
+        with self._lock:
+            self._markers_put += 1
+        self._queue.put(_WAKE)
 
     def snapshot(self) -> PipelineStats:
         """The pipeline's counts with the exporters' own added, as of now."""
@@ -178,7 +236,8 @@ class Pipeline:
             self.stats,
             other={},
             # The queue's events: less the flush markers and the stop sentinel still in it.
-            queued=max(self._queue.qsize() - (self._markers_put - self._markers_taken), 0),
+            queued=max(self._queue.qsize() - (self._markers_put - self._markers_taken), 0)
+            + (self.lines.lines if self.lines is not None else 0),
             renamed_fields=self.stats.renamed_fields + self._unnamed,
         )
         for exporter in (self.log, *self.exporters):
@@ -263,29 +322,49 @@ class Pipeline:
                 _log.exception("otel-rollout: exporters after fork failed; writing the log only")
         get = self._queue.get
         qsize = self._queue.qsize
+        lines = self.lines
         hold = self._hold
         hold.start()
         stopping = False
         max_batch = self._max_batch
         while not stopping:
             waiting = qsize()  # blocks in get() only when idle
-            items = [get() for _ in range(min(waiting, max_batch))] if waiting else [get()]
+            if waiting:
+                items = [get() for _ in range(min(waiting, max_batch))]
+            elif lines is not None and (lines.lines or not self._wait_for_a_line(lines)):
+                items = []
+            else:
+                items = [get()]
+            # The lines after the markers taken: every line emitted before a flush is in it.
+            chunk = lines.take() if lines is not None else None
             try:
-                hold.taken(items[0])
-                stopping = self._process(items)
+                hold.taken(chunk[2] if chunk is not None else _emitted_at(items[0]))
+                stopping = self._process(items, chunk)
             except Exception:  # never let the writer die: the controller relies on it
                 _log.exception("otel-rollout: internal error in the writer thread")
             # Only a writer of the log alone holds: with exporters in this process (spans
             # made in-process, ~50 us an event) the writer's own work is what keeps the
             # GIL busy, and holding only delayed the log (bench/faults.py, in-process
             # export at up to 20,000 events/s: the log's p99 lag 54 ms against 3 ms).
-            if hold.due() and not stopping and not self.exporters and qsize() < max_batch:
+            backlog = qsize() + (lines.lines if lines is not None else 0)
+            if hold.due() and not stopping and not self.exporters and backlog < max_batch:
                 hold.wait(lambda: self._markers_put != self._markers_taken)
         leftovers = [get() for _ in range(qsize())]
         try:
-            self._process(leftovers)
+            self._process(leftovers, lines.take() if lines is not None else None)
         finally:
             self._shut_down_exporters()
+
+    @staticmethod
+    def _wait_for_a_line(lines: Any) -> bool:
+        """Ask the next line's emit to wake the writer; False if one came meanwhile (the
+        writer then takes it rather than wait).  The GIL orders the two: an emit either
+        appended before ``idle`` was set, and is seen here, or sees ``idle`` and wakes."""
+        lines.idle = True
+        if lines.lines:
+            lines.idle = False
+            return False
+        return True
 
     def _shut_down_exporters(self) -> None:
         """The log first (it only syncs and closes a file); then the others, which may wait
@@ -303,23 +382,31 @@ class Pipeline:
                 self.stats.exporter_errors += 1
                 _log.warning("otel-rollout: %s is still shutting down; not waiting for it", name)
 
-    def _process(self, items: list[Any]) -> bool:
-        """Export the events among ``items``, then release flush waiters; True on stop."""
+    def _process(self, items: list[Any], chunk: tuple[bytes, int, float] | None = None) -> bool:
+        """Export the events among ``items`` and the ``chunk`` of lines taken with them
+        (its data, its number of lines, when its first was emitted), then release flush
+        waiters; True on stop."""
         if self._markers_put == self._markers_taken:  # none queued: items are all events
+            if chunk is not None:
+                items.append(chunk[0])
             if items:
-                self._export(items)
+                self._export(items, chunk[1] - 1 if chunk is not None else 0)
             return False
-        events, waiters, stopping = [], [], False
+        events, waiters, stopping, wakes = [], [], False, 0
         for item in items:
-            if item.__class__ is dict:
+            if item.__class__ is dict or item.__class__ is bytes:
                 events.append(item)
             elif item is _STOP:
                 stopping = True
+            elif item is _WAKE:
+                wakes += 1
             else:
                 waiters.append(item)
-        self._markers_taken += len(waiters) + stopping
+        self._markers_taken += len(waiters) + stopping + wakes
+        if chunk is not None:
+            events.append(chunk[0])
         if events:
-            self._export(events)
+            self._export(events, chunk[1] - 1 if chunk is not None else 0)
         for waiter in waiters:
             waiter.set()
         return stopping
@@ -372,22 +459,26 @@ class Pipeline:
             event[key] = value
         return event
 
-    def _export(self, events: list[dict[str, Any]]) -> None:
-        for event in events:  # ~30 ns an event, here rather than on the caller's thread
-            if event["event"].__class__ is not str:
-                self._name_as_text(event)
+    def _export(self, events: list[Any], more_lines: int = 0) -> None:
+        """Export a batch of events: dicts, or the lines the caller's thread made of them
+        (an item of the lines taken from the buffer holds ``more_lines + 1`` of them)."""
+        if not self.caller_encodes:  # (its lines' names were made text already)
+            for event in events:  # ~30 ns an event, here rather than on the caller's thread
+                if event.__class__ is dict and event["event"].__class__ is not str:
+                    self._name_as_text(event)
         dropped = self.stats.dropped_queue_full  # one read of an int: no lock needed
         drops = dropped - self._drops_reported + self._drops_carried
         self._drops_reported, self._drops_carried = dropped, 0
-        ours = len(events)
+        ours = len(events) + more_lines
         if drops:
             # Its time is the batch's last event's, so the file's times stay in order (the
             # next batch's events were emitted before this write, and after those).
-            t = events[-1]["t"] if events else time.time()
+            t = _emitted_at(events[-1]) if events else None
+            t = time.time() if t is None else t
             events.append(
                 {"t": t, "run_id": self.run_id, "event": "trace.dropped", "count": drops}
             )
-        lost = self._export_to_log(events)
+        lost = self._export_to_log(events, ours + bool(drops))
         if lost:
             # The drop report is the batch's last line, so it is the first one lost.
             lost_ours = max(lost - 1, 0) if drops else lost
@@ -398,9 +489,10 @@ class Pipeline:
         for exporter in self.exporters:
             self._call(exporter, events)
 
-    def _export_to_log(self, events: list[dict[str, Any]]) -> int:
-        """Write ``events`` to the log, retrying the unwritten tail while its fault may pass
-        (a full disk, a file made unwritable); how many of the last events it could not take.
+    def _export_to_log(self, events: list[Any], total: int) -> int:
+        """Write ``events`` (``total`` lines) to the log, retrying the unwritten tail while
+        its fault may pass (a full disk, a file made unwritable); how many of the last lines
+        it could not take.
 
         While this waits, the caller's queue fills and ``emit`` drops and counts events:
         memory stays bounded and the controller never waits.  ``close`` ends the waiting.
@@ -408,10 +500,10 @@ class Pipeline:
         log = self.log
         pending, delay = events, 0.01
         while True:
-            lost = min(self._call(log, pending), len(pending))
+            lost = min(self._call(log, pending, total), total)
             if not lost or not log.retryable:
                 return lost
-            pending = pending[len(pending) - lost :]
+            pending, total = _last_lines(pending, lost), lost
             give_up_at = self._give_up_at
             now = time.monotonic()
             if give_up_at is not None and now >= give_up_at:
@@ -420,7 +512,9 @@ class Pipeline:
             time.sleep(wait)
             delay = min(delay * 2, self._retry_max_delay)
 
-    def _call(self, exporter: EventExporter, events: list[dict[str, Any]]) -> int:
+    def _call(self, exporter: EventExporter, events: list[Any], size: int | None = None) -> int:
+        """Hand ``events`` to ``exporter``; what it lost (all ``size`` of them, or every
+        event, if it raised)."""
         try:
             lost = exporter.export(events)
         except Exception:
@@ -430,8 +524,30 @@ class Pipeline:
                 _log.exception(
                     "otel-rollout: %s failed; counting its losses", type(exporter).__name__
                 )
-            return len(events)
+            return len(events) if size is None else size
         return lost
+
+
+def _last_lines(events: list[Any], count: int) -> list[Any]:
+    """The last ``count`` lines of ``events``, the buffer's lines taken one by one."""
+    lines: list[Any] = []
+    for item in events:
+        if item.__class__ is bytes and item.count(b"\n") > 1:
+            lines += item.splitlines(keepends=True)
+        else:
+            lines.append(item)
+    return lines[len(lines) - count :]
+
+
+def _emitted_at(item: Any) -> float | None:
+    """When a queued event was emitted (the ``t`` its line or dict holds); None for a
+    flush or stop marker.  Parsing a line takes ~1 us: once a batch, at most."""
+    if item.__class__ is bytes:  # (of the buffer's lines: the last one's)
+        item = orjson.loads(item[item.rfind(b"\n", 0, len(item) - 1) + 1 :])
+    if item.__class__ is dict:
+        t = item.get("t")
+        return t if isinstance(t, float) else None
+    return None
 
 
 def _enum_value(name: Any) -> str | None:

@@ -17,6 +17,7 @@ import logging
 import math
 import os
 import stat
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePath
 from typing import Any, Protocol, runtime_checkable
@@ -193,6 +194,11 @@ def encode_event(event: dict[str, Any]) -> bytes:
             return orjson.dumps(jsonable(fallback), option=_OPTIONS) + b"\n"
 
 
+def _line_count(events: Sequence[dict[str, Any] | bytes]) -> int:
+    """Lines in a batch: a dict is one; lines made already count their newlines."""
+    return sum(e.count(b"\n") if isinstance(e, bytes) else 1 for e in events)
+
+
 def oversized(event: dict[str, Any], size: int) -> bytes:
     """The line written instead of an event too big to write: its kind and time, not its fields."""
     kept: dict[str, Any] = {k: event[k] for k in ("t", "run_id", "event") if k in event}
@@ -263,6 +269,7 @@ class JsonlExporter:
         self.retryable = False
         #: Events written as their kind and time only, because they were too big.
         self.oversized = 0
+        self._count_lock = threading.Lock()
         self._fd: int | None = self._open()
         self._failing = False
         self._cut = False  # the last failed write left part of a line in the file
@@ -308,33 +315,39 @@ class JsonlExporter:
             "log_sync_errors": syncer.failures if syncer is not None else 0,
         }
 
-    def _encode(self, events: Sequence[dict[str, Any]]) -> list[bytes]:
-        dumps = orjson.dumps
-        limit = self.max_event_bytes
-        lines = []
-        for event in events:
-            try:
-                # ``+ b"\n"`` copies the line into a right-sized object and frees orjson's
-                # oversized buffer at once; holding a batch of those buffers until the join
-                # (as OPT_APPEND_NEWLINE would) costs 2-3 us an event in malloc, not 0.25.
-                line = dumps(event, default=_default) + b"\n"
-            except TypeError:
-                line = encode_event(event)
-            if len(line) > limit:
-                self.oversized += 1
-                line = oversized(event, len(line))
-            lines.append(line)
-        return lines
+    def encode_line(self, event: dict[str, Any]) -> bytes:
+        """``event`` as its line: the rule every line of the log is made by, on the writer
+        thread or, for a pipeline whose only exporter is this log, on the caller's.
 
-    def export(self, events: Sequence[dict[str, Any]]) -> int:
+        ``+ b"\n"`` copies the line into a right-sized object and frees orjson's oversized
+        buffer at once; holding a batch of those buffers until the join (as
+        OPT_APPEND_NEWLINE would) costs 2-3 us an event in malloc, not 0.25."""
+        try:
+            line = orjson.dumps(event, default=_default) + b"\n"
+        except TypeError:
+            line = encode_event(event)
+        if len(line) > self.max_event_bytes:
+            with self._count_lock:  # callers' threads may count at once
+                self.oversized += 1
+            line = oversized(event, len(line))
+        return line
+
+    def _encode(self, events: Sequence[dict[str, Any] | bytes]) -> list[bytes]:
+        """Each event's line; an event the caller's thread encoded already is its line."""
+        encode = self.encode_line
+        return [event if isinstance(event, bytes) else encode(event) for event in events]
+
+    def export(self, events: Sequence[dict[str, Any] | bytes]) -> int:
+        """Write the events (dicts, or lines made already: one, or many joined) in one
+        ``write``; how many lines it could not take."""
         if self._fd is None:
             self.retryable = False
-            return len(events)
+            return _line_count(events)
         lines = self._encode(events)
         try:
             self._reopen_if_deleted()
         except OSError as exc:
-            return self._failed(exc, len(events))
+            return self._failed(exc, _line_count(events))
         data = b"".join(lines)
         lead = b"\n" if self._cut else b""
         done, error = self._write(lead + data)
@@ -348,6 +361,7 @@ class JsonlExporter:
             self.retryable = False
             return 0
         # Count the lines that reached the file whole; the rest are lost (and retried).
+        lines = [one for line in lines for one in line.splitlines(keepends=True)]
         whole = 0
         if done >= len(lead):  # an earlier cut line is ended
             left = done - len(lead)
@@ -357,7 +371,7 @@ class JsonlExporter:
                 left -= len(line)
                 whole += 1
             self._cut = left > 0  # the start of the next line is in the file
-        return self._failed(error, len(events) - whole)
+        return self._failed(error, len(lines) - whole)
 
     def _write(self, data: bytes) -> tuple[int, OSError | None]:
         """How many bytes of ``data`` were written, and the error that stopped it, if any."""

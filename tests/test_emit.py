@@ -1,4 +1,5 @@
-"""The caller's emit: the compiled Emitter and the Python closure make the same events."""
+"""The caller's emit: the compiled Emitter and the Python closure make the same events, and
+the lines they encode on the caller's thread are the lines the writer would have made."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import enum
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 
 import orjson
@@ -49,16 +51,44 @@ def test_a_capacity_of_any_number_is_compared_as_the_closure_does(tmp_path, capa
         assert trace.stats.written == 2 and trace.stats.dropped == 0
 
 
-def _emitters(tmp_path: Path, name: str) -> dict[str, RolloutTrace]:
-    """Two traces on files of their own, one emitting through each emit."""
+def _emitters(
+    tmp_path: Path, name: str, kinds: tuple[str, ...] = ("compiled", "closure"), limit: int = 0
+) -> dict[str, RolloutTrace]:
+    """Traces on files of their own, one emitting through each emit: ``compiled`` makes
+    each line in C (or by the log's rule) into the line buffer, ``closure`` makes it by the
+    log's rule and queues it; ``writer`` queues the event's dict for the writer thread to
+    encode, as with exporters in the process.  ``limit``: the longest line, if not the
+    default."""
     traces = {}
-    for kind in ("compiled", "closure"):
+    for kind in kinds:
         trace = RolloutTrace(tmp_path / f"{name}-{kind}.jsonl")
-        trace.emit = trace._pipeline.make_emit(compiled=kind == "compiled")  # type: ignore[method-assign]
+        pipeline = trace._pipeline
+        assert pipeline is not None and pipeline.caller_encodes  # the log alone: lines queued
+        if kind == "writer":
+            pipeline.caller_encodes, pipeline.lines = False, None
+        if limit:
+            pipeline.log.max_event_bytes = limit  # type: ignore[attr-defined]
+        # One time for every event of every trace: the lines' lengths are the same.
+        stamp = (lambda: 1.5e9 + 0.25) if limit else time.time
+        trace.emit = pipeline.make_emit(compiled=kind != "closure", now=stamp)  # type: ignore[method-assign]
         traces[kind] = trace
     assert isinstance(traces["compiled"].emit, _pipeline._Emitter)  # not the closure twice
-    assert not isinstance(traces["closure"].emit, _pipeline._Emitter)
+    assert traces["compiled"].emit.buffer is traces["compiled"]._pipeline.lines is not None  # type: ignore[attr-defined, union-attr]
+    if "writer" in traces:
+        assert traces["writer"].emit.buffer is None  # type: ignore[attr-defined]
+    if "closure" in traces:
+        assert not isinstance(traces["closure"].emit, _pipeline._Emitter)
     return traces
+
+
+def _lines(trace: RolloutTrace) -> list[list[tuple[str, object]]]:
+    """The trace's events past run.start, each as its list of items (the order of the
+    keys is compared too), without the time and the run's ID (each trace's own)."""
+    assert trace.path is not None
+    events = [orjson.loads(line) for line in trace.path.read_bytes().splitlines()][1:]
+    for event in events:
+        assert isinstance(event.pop("t"), float) and event.pop("run_id") == trace.run_id
+    return [list(e.items()) for e in events if e["event"] != "run.end"]
 
 
 _KEYS = st.sampled_from(["t", "run_id", "event", "t_", "event_", "step", "group_id", "n", "é"])
@@ -92,17 +122,95 @@ def test_both_emits_write_the_same_lines_and_counts(tmp_path_factory, calls):
         for name, fields in calls:
             trace.emit(name, **fields)
         trace.close()
-    lines = {}
-    for kind, trace in traces.items():
-        events = [orjson.loads(line) for line in trace.path.read_bytes().splitlines()][1:]
-        for event in events:  # the time and the run's ID are each trace's own
-            assert isinstance(event.pop("t"), float) and event.pop("run_id") == trace.run_id
-        # As lists of items: the order of the keys is compared too.
-        lines[kind] = [list(e.items()) for e in events if e["event"] != "run.end"]
+    lines = {kind: _lines(trace) for kind, trace in traces.items()}
     assert lines["compiled"] == lines["closure"]
     assert len(lines["compiled"]) == len(calls)
     counts = {kind: trace.stats.renamed_fields for kind, trace in traces.items()}
     assert counts["compiled"] == counts["closure"]
+
+
+class Opaque:
+    """A value orjson cannot take by itself: written as its repr by the log's rule."""
+
+    def __repr__(self) -> str:
+        return "<opaque>"
+
+
+# Values past the closure test's: what only the log's slow rule takes (sets, objects,
+# integers past 64 bits, keys that are no strings) and strings that make a line long.
+_HARD_VALUES = st.one_of(
+    _VALUES,
+    st.frozensets(st.integers(0, 9), max_size=3),
+    st.builds(Opaque),
+    st.integers(min_value=2**64, max_value=2**80),
+    st.dictionaries(st.integers(0, 3), st.integers(), max_size=2),
+    st.text(min_size=40, max_size=120),
+)
+
+
+@compiled
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    calls=st.lists(st.tuples(_NAMES, st.dictionaries(_KEYS, _HARD_VALUES, max_size=5)), max_size=6),
+    limit=st.sampled_from([0, 200]),
+)
+def test_lines_made_on_the_callers_thread_are_the_writers_lines(tmp_path_factory, calls, limit):
+    """Encoded by the caller's emit (in C, or by the closure) or by the writer thread, every
+    event becomes the same line, for hard values and lines past a 200-byte limit too; the
+    renamed and the oversized are counted alike."""
+    traces = _emitters(
+        tmp_path_factory.mktemp("lines"), "l", ("compiled", "closure", "writer"), limit
+    )
+    for trace in traces.values():
+        for name, fields in calls:
+            trace.emit(name, **fields)
+        trace.close()
+    lines = {kind: _lines(trace) for kind, trace in traces.items()}
+    assert lines["compiled"] == lines["closure"] == lines["writer"]
+    assert len(lines["writer"]) == len(calls)
+    for count in ("renamed_fields", "events_oversized", "written"):
+        values = {kind: getattr(trace.stats, count) for kind, trace in traces.items()}
+        assert len(set(values.values())) == 1, (count, values)
+    if limit:  # the oversized events kept their kind, as the writer writes them
+        assert (
+            sum(e[-1][0] == "oversized" for e in lines["writer"])
+            == traces["writer"].stats.events_oversized
+        )
+
+
+def test_a_trace_with_exporters_in_its_process_queues_events_not_lines(tmp_path):
+    """Lines are made on the caller's thread only when the log is all there is: an exporter
+    in the process is handed the events as dicts, as it always was."""
+    got: list[dict] = []
+
+    class Keeping:
+        def export(self, events):
+            got.extend(events)
+            return 0
+
+        def shutdown(self):
+            pass
+
+    with RolloutTrace(tmp_path / "ex.jsonl", exporters=[Keeping()]) as trace:
+        assert trace._pipeline is not None and not trace._pipeline.caller_encodes
+        trace.emit("x", n=1)
+        trace.flush()
+    with RolloutTrace(tmp_path / "alone.jsonl") as alone:
+        assert alone._pipeline is not None and alone._pipeline.caller_encodes
+    assert [e["event"] for e in got][:2] == ["run.start", "x"]
+    assert all(isinstance(e, dict) for e in got)
+
+
+def test_a_line_is_made_as_the_event_is_emitted(tmp_path):
+    """Encoded on the caller's thread, a field the caller changes after emit is written as
+    it was when emitted."""
+    with RolloutTrace(tmp_path / "m.jsonl") as trace:
+        tokens = [1, 2]
+        trace.emit("x", tokens=tokens)
+        tokens.append(3)
+    assert dict(_lines(trace)[0])["tokens"] == [1, 2]
 
 
 @compiled
@@ -233,3 +341,108 @@ def test_an_error_inside_emit_is_raised_and_leaks_nothing(failing):
         with pytest.raises(Failing):
             emit("x", **fields)
     assert [sys.getrefcount(x) for x in watched] == before
+
+
+@compiled
+@pytest.mark.parametrize("case", ["c", "slow", "slow-raises", "too-long", "wakes"])
+def test_a_line_is_appended_by_c_or_by_the_slow_rule_and_nothing_leaks(case):
+    """Emit appends the line it makes in C, or what the log's rule (``slow``) makes of a
+    value C leaves to it or of a line past the limit; an error from the rule is raised
+    with nothing appended; a writer waiting for a line is woken once.  Nothing is held
+    on any path: the values, the time stamp, what the rule returned."""
+    stamp = 1.5e9 + 0.25
+    value: object = (
+        object() if case.startswith("slow") else "v" * (300 if case == "too-long" else 3)
+    )
+    slow_line, woken = b'{"slow":1}\n', []
+
+    def slow(event):
+        assert event["t"] == stamp and event["v"] is value
+        if case == "slow-raises":
+            raise Failing("slow")
+        return slow_line
+
+    buffer = _pipeline._LineBuffer()
+    emit = _pipeline._Emitter(
+        put=None,
+        qsize=None,
+        capacity=10**6,
+        now=lambda: stamp,
+        on_full=None,
+        rename=None,
+        run_id="r",
+        buffer=buffer,
+        wake=lambda: woken.append(1),
+        slow=slow,
+        limit=200,
+    )
+    buffer.idle = case == "wakes"
+    watched = (stamp, value, slow_line)
+    before = [sys.getrefcount(x) for x in watched]
+    for _ in range(100):
+        if case == "slow-raises":
+            with pytest.raises(Failing):
+                emit("x", v=value)
+        else:
+            emit("x", v=value)
+    taken = buffer.take()
+    if case == "slow-raises":
+        assert taken is None and buffer.lines == 0
+    else:
+        line = b'{"t":1500000000.25,"run_id":"r","event":"x","v":"vvv"}\n'
+        assert taken == ((line if case in ("c", "wakes") else slow_line) * 100, 100, stamp)
+    assert woken == ([1] if case == "wakes" else []) and not buffer.idle
+    del taken
+    assert [sys.getrefcount(x) for x in watched] == before
+
+
+@compiled
+def test_a_name_that_is_no_string_takes_the_slow_rule_in_c(tmp_path):
+    """The C encoder makes only lines whose name is a str: an int, an Enum and a str Enum
+    name go to the log's rule, and are written as the writer writes them."""
+    traces = _emitters(tmp_path, "names", ("compiled", "writer"))
+    for trace in traces.values():
+        for name in (7, Plain.STEP, Kind.SEAL, None):
+            trace.emit(name, n=1)
+        trace.close()
+    lines = {kind: _lines(trace) for kind, trace in traces.items()}
+    assert lines["compiled"] == lines["writer"]
+    assert [dict(e)["event"] for e in lines["compiled"]] == [
+        "7",
+        "train.step",
+        "group.seal",
+        "None",
+    ]
+    assert traces["compiled"].stats.renamed_fields == traces["writer"].stats.renamed_fields == 2
+
+
+def test_a_full_queue_of_lines_counts_its_drops_and_the_report_keeps_time_order(tmp_path):
+    """With the writer held inside its write, a trace queuing lines queues up to the
+    capacity and counts the rest; the trace.dropped line that reports them is no earlier
+    than the line before it."""
+    entered, release = threading.Event(), threading.Event()
+    trace = RolloutTrace(tmp_path / "full.jsonl", capacity=50)
+    pipeline = trace._pipeline
+    assert pipeline is not None and pipeline.caller_encodes
+    log = pipeline.log
+    write = log._write  # type: ignore[attr-defined]
+
+    def held(data):
+        entered.set()
+        release.wait(10)
+        return write(data)
+
+    log._write = held  # type: ignore[attr-defined]
+    entered.wait(5)  # run.start's write is held
+    for i in range(400):
+        trace.emit("x", i=i)
+    assert trace.stats.dropped_queue_full == 350
+    release.set()
+    trace.flush()  # the queued lines are written, and the drops reported after them
+    trace.emit("after", n=1)
+    trace.close()
+    events = [orjson.loads(line) for line in trace.path.read_bytes().splitlines()]
+    assert [e["i"] for e in events if e["event"] == "x"] == list(range(50))
+    report = next(i for i, e in enumerate(events) if e["event"] == "trace.dropped")
+    assert events[report]["count"] == 350
+    assert events[report - 1]["t"] <= events[report]["t"] <= events[report + 1]["t"]

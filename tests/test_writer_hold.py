@@ -221,9 +221,9 @@ class Clocks:
 def _batch(clocks: Clocks, hold: Hold, waited: float, cpu_share: float) -> None:
     """One batch: its oldest event was emitted, then the writer waited ``waited`` s for it
     while the process used ``cpu_share`` of a core; the batch is written at once."""
-    event = {"t": clocks.t, "event": "tick"}
+    emitted = clocks.t
     clocks.run(waited, cpu_share)
-    hold.taken(event)
+    hold.taken(emitted)
 
 
 @pytest.mark.parametrize(
@@ -254,11 +254,11 @@ def test_a_free_gil_after_a_hold_ends_holding_and_zero_never_holds():
     for _ in range(2):
         _batch(clocks, hold, 0.005, 1.0)
     assert hold.due()
-    event = {"t": clocks.t, "event": "tick"}  # emitted as the hold began
+    emitted = clocks.t  # an event emitted as the hold began
     hold.wait(lambda: False)  # (10 ms of real time: it runs out)
     clocks.run(0.01, 1.0)  # the hold's time on the test's clocks
     clocks.run(0.0001, 1.0)  # the GIL came back at once
-    hold.taken(event)
+    hold.taken(emitted)
     assert not hold.due()
     never = clocks.hold(0.0)
     for _ in range(3):
