@@ -135,7 +135,8 @@ MAX_BATCH: Setting[int] = Setting(
     "OTEL_ROLLOUT_MAX_BATCH",
     4_096,
     int,
-    "Most events the background thread takes from the queue for one write.",
+    "Most queued events the background thread takes for one write (the lines the compiled"
+    " emit makes for the log alone are written all at once: they are lines already).",
 )
 CLOSE_TIMEOUT: Setting[float] = Setting(
     "OTEL_ROLLOUT_CLOSE_TIMEOUT",

@@ -446,3 +446,22 @@ def test_a_full_queue_of_lines_counts_its_drops_and_the_report_keeps_time_order(
     report = next(i for i, e in enumerate(events) if e["event"] == "trace.dropped")
     assert events[report]["count"] == 350
     assert events[report - 1]["t"] <= events[report]["t"] <= events[report + 1]["t"]
+
+
+@compiled
+def test_an_idle_writer_is_woken_by_the_next_line(tmp_path):
+    """A writer waiting for a line writes the next one emitted, with no flush: emit
+    wakes it (without the wake it would wait for good)."""
+    with RolloutTrace(tmp_path / "w.jsonl") as trace:
+        lines = trace._pipeline.lines  # type: ignore[union-attr]
+        assert lines is not None
+        for i in range(3):
+            deadline = time.monotonic() + 10
+            while not lines.idle and time.monotonic() < deadline:
+                time.sleep(0.001)
+            assert lines.idle  # the writer waits for a line
+            trace.emit("x", i=i)
+            assert trace.path is not None
+            while trace.path.read_bytes().count(b"\n") < 2 + i and time.monotonic() < deadline:
+                time.sleep(0.001)
+            assert trace.path.read_bytes().count(b"\n") == 2 + i
