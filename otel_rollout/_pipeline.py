@@ -178,21 +178,27 @@ class Pipeline:
                 slow=self._encode_line if lines is not None else None,
                 limit=min(limit, sys.maxsize),
             )
-        put = self._queue.put
-        qsize = self._queue.qsize
+        lines = self.lines
+        # With a line buffer built, its lines keep one order with the trace's own (submit).
+        put = self._queue.put if lines is None else None
+        held = self._queue.qsize if lines is None else lambda: lines.lines
         capacity = self._capacity
         on_full = self._count_queue_full
         rename = self._rename_reserved
         run_id = self.run_id
         encode = self._encode_line
+        append = self._append_line
 
         def emit(name: str, /, **fields: Any) -> None:
             t = now()
             event = {"t": t, "run_id": run_id, "event": name, **fields}
             if len(event) != len(fields) + 3:  # a field named t, run_id or event
                 event = rename(t, name, fields)
-            if qsize() < capacity:
-                put(encode(event) if encodes else event)
+            if held() < capacity:
+                if put is None:
+                    append(encode(event), t)
+                else:
+                    put(encode(event) if encodes else event)
             else:
                 on_full()
 
@@ -215,11 +221,16 @@ class Pipeline:
     def submit(self, event: dict[str, Any]) -> None:
         """Enqueue an event the trace itself makes (``run.start``), past the capacity check
         (as its line, after the lines emitted before it, in line mode)."""
-        lines = self.lines
-        if lines is None:
+        if self.lines is None:
             self._queue.put(event)
-            return
-        lines.append(self._encode_line(event), event["t"])
+        else:
+            self._append_line(self._encode_line(event), event["t"])
+
+    def _append_line(self, line: bytes, t: float) -> None:
+        """Append a line made in Python to the line buffer, as the compiled emit does."""
+        lines = self.lines
+        assert lines is not None
+        lines.append(line, t)
         if lines.idle:
             lines.idle = False
             self._wake_writer()
