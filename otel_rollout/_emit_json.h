@@ -62,12 +62,14 @@ static int put_digits(char *w, unsigned long long x)
 
 /* 1: written; 0: not a string this writer takes (an error may be set: the caller clears
  * an Exception, as for any value left to Python); -1: out of memory. */
-static int put_string(Buf *b, PyObject *s)
+static int put_string(Buf *b, PyObject *s, Py_ssize_t limit)
 {
     Py_ssize_t n;
     const char *u = PyUnicode_AsUTF8AndSize(s, &n); /* fails on a lone surrogate */
     if (u == NULL)
         return 0;
+    if (n > limit)
+        return 0; /* a line past the limit: the log's rule writes it short */
     if (buf_grow(b, 2 + 6 * n) < 0)
         return -1;
     char *w = b->data + b->len;
@@ -100,7 +102,7 @@ static int put_string(Buf *b, PyObject *s)
     return 1;
 }
 
-static int put_value(Buf *b, PyObject *v, int depth);
+static int put_value(Buf *b, PyObject *v, int depth, Py_ssize_t limit);
 
 static int put_float(Buf *b, double x)
 {
@@ -117,10 +119,10 @@ static int put_float(Buf *b, double x)
     return written;
 }
 
-static int put_value(Buf *b, PyObject *v, int depth)
+static int put_value(Buf *b, PyObject *v, int depth, Py_ssize_t limit)
 {
     if (PyUnicode_CheckExact(v))
-        return put_string(b, v);
+        return put_string(b, v, limit);
     if (v == Py_None)
         return buf_put(b, "null", 4) < 0 ? -1 : 1;
     if (v == Py_True)
@@ -148,6 +150,8 @@ static int put_value(Buf *b, PyObject *v, int depth)
         return put_float(b, PyFloat_AS_DOUBLE(v));
     if ((PyList_CheckExact(v) || PyTuple_CheckExact(v)) && depth < 8) {
         Py_ssize_t n = PyList_CheckExact(v) ? PyList_GET_SIZE(v) : PyTuple_GET_SIZE(v);
+        if (n > limit)
+            return 0; /* more items than the line may hold bytes */
         if (buf_put(b, "[", 1) < 0)
             return -1;
         for (Py_ssize_t i = 0; i < n; i++) {
@@ -155,7 +159,7 @@ static int put_value(Buf *b, PyObject *v, int depth)
                 return -1;
             /* A list may change under a value's own code: none runs here (exact types). */
             PyObject *item = PyList_CheckExact(v) ? PyList_GET_ITEM(v, i) : PyTuple_GET_ITEM(v, i);
-            int done = put_value(b, item, depth + 1);
+            int done = put_value(b, item, depth + 1, limit);
             if (done <= 0)
                 return done;
         }
@@ -215,7 +219,7 @@ static int json_line(Buf *b, long long micros, PyObject *run_id_json, PyObject *
         || buf_put(b, PyBytes_AS_STRING(run_id_json), PyBytes_GET_SIZE(run_id_json)) < 0
         || buf_put(b, ",\"event\":", 9) < 0)
         goto error;
-    if ((done = put_string(b, name)) <= 0)
+    if ((done = put_string(b, name, limit)) <= 0)
         goto check;
     Py_ssize_t n = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -224,11 +228,11 @@ static int json_line(Buf *b, long long micros, PyObject *run_id_json, PyObject *
             goto left;
         if (buf_put(b, ",", 1) < 0)
             goto error;
-        if ((done = put_string(b, key)) <= 0)
+        if ((done = put_string(b, key, limit)) <= 0)
             goto check;
         if (buf_put(b, ":", 1) < 0)
             goto error;
-        if ((done = put_value(b, values[i], 0)) <= 0)
+        if ((done = put_value(b, values[i], 0, limit)) <= 0)
             goto check;
     }
     if (buf_put(b, "}\n", 2) < 0)

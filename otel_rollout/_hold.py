@@ -13,6 +13,7 @@ GIL ~18 times a second instead.  ``flush()`` and ``close()`` end a hold at once
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from queue import Empty, SimpleQueue
@@ -111,3 +112,13 @@ class Hold:
     def wake(self) -> None:
         """End a hold now (a flush or close was queued); safe from a signal handler."""
         self._wake.put(None)
+
+    def waker(self) -> Callable[[], None]:
+        """:meth:`wake` as a callable that runs no Python code (``partial`` of the queue's
+        ``put``), for the compiled emit: no signal or exception can cut it short."""
+        return functools.partial(self._wake.put, None)
+
+    def idle(self) -> None:
+        """Wait for a wake: a line for a writer that has none (line mode), a flush, a close.
+        A wake left over from an earlier flush ends it at once: the writer looks again."""
+        self._wake.get()

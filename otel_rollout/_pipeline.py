@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import reprlib
 import sys
 import threading
@@ -48,7 +49,6 @@ _log = logging.getLogger("otel_rollout")
 
 RESERVED = ("t", "run_id", "event")
 _STOP = object()
-_WAKE = object()  # emit's wake-up for a writer waiting for a line (line mode)
 
 Emit = Callable[..., None]
 
@@ -144,7 +144,10 @@ class Pipeline:
         #: The caller's emit queues each event's line, not its dict: the log is all there is
         #: to export to (no exporters now, nor any a forked child's thread will make).
         self.caller_encodes = (
-            exporters is None and not self.exporters and isinstance(self.log, JsonlExporter)
+            exporters is None
+            and not self.exporters
+            and isinstance(self.log, JsonlExporter)
+            and _LineBuffer is not None  # without C, the closure queues dicts: it is cheaper
         )
         #: The lines the compiled emit makes, waiting for the writer (None: not built, or
         #: events are queued as dicts for exporters in this process).
@@ -174,7 +177,7 @@ class Pipeline:
                 rename=self._rename_reserved,
                 run_id=self.run_id,
                 buffer=lines,
-                wake=self._wake_writer if lines is not None else None,
+                wake=self._hold.waker() if lines is not None else None,
                 slow=self._encode_line if lines is not None else None,
                 limit=min(limit, sys.maxsize),
             )
@@ -196,7 +199,7 @@ class Pipeline:
                 event = rename(t, name, fields)
             if held() < capacity:
                 if put is None:
-                    append(encode(event), t)
+                    append(lines, encode(event), t)
                 else:
                     put(encode(event) if encodes else event)
             else:
@@ -223,23 +226,16 @@ class Pipeline:
         (as its line, after the lines emitted before it, in line mode)."""
         if self.lines is None:
             self._queue.put(event)
-        else:
-            self._append_line(self._encode_line(event), event["t"])
+        else:  # to the microsecond, as the compiled emit's lines: the times stay in order
+            event["t"] = math.floor(event["t"] * 1e6 + 0.5) / 1e6
+            self._append_line(self.lines, self._encode_line(event), event["t"])
 
-    def _append_line(self, line: bytes, t: float) -> None:
-        """Append a line made in Python to the line buffer, as the compiled emit does."""
-        lines = self.lines
-        assert lines is not None
+    def _append_line(self, lines: Any, line: bytes, t: float) -> None:
+        """Append a line made in Python to ``lines``, as the compiled emit does."""
         lines.append(line, t)
         if lines.idle:
             lines.idle = False
-            self._wake_writer()
-
-    def _wake_writer(self) -> None:
-        """Wake a writer that waits for a line (it set ``lines.idle``): a marker of its own."""
-        with self._lock:
-            self._markers_put += 1
-        self._queue.put(_WAKE)
+            self._hold.wake()
 
     def snapshot(self) -> PipelineStats:
         """The pipeline's counts with the exporters' own added, as of now."""
@@ -342,13 +338,18 @@ class Pipeline:
             waiting = qsize()  # blocks in get() only when idle
             if waiting:
                 items = [get() for _ in range(min(waiting, max_batch))]
-            elif lines is not None and (lines.lines or not self._wait_for_a_line(lines)):
+            elif lines is None:
+                items = [get()]
+            elif lines.lines or not self._wait_for_a_line(lines):
                 items = []
             else:
-                items = [get()]
-            # The lines after the markers taken: every line emitted before a flush is in it.
-            chunk = lines.take() if lines is not None else None
+                hold.idle()  # until a line, a flush or a close wakes it: then look again
+                continue
             try:
+                # The lines after the markers taken: every line emitted before a flush is in it.
+                chunk = lines.take() if lines is not None else None
+                if chunk is None and not items:
+                    continue
                 hold.taken(chunk[2] if chunk is not None else _emitted_at(items[0]))
                 stopping = self._process(items, chunk)
             except Exception:  # never let the writer die: the controller relies on it
@@ -366,13 +367,13 @@ class Pipeline:
         finally:
             self._shut_down_exporters()
 
-    @staticmethod
-    def _wait_for_a_line(lines: Any) -> bool:
-        """Ask the next line's emit to wake the writer; False if one came meanwhile (the
-        writer then takes it rather than wait).  The GIL orders the two: an emit either
-        appended before ``idle`` was set, and is seen here, or sees ``idle`` and wakes."""
+    def _wait_for_a_line(self, lines: Any) -> bool:
+        """Ask the next line's emit to wake the writer; False if a line or a marker came
+        meanwhile (the writer then takes it rather than wait).  The GIL orders the two: an
+        emit either appended before ``idle`` was set, and is seen here, or sees ``idle`` and
+        wakes."""
         lines.idle = True
-        if lines.lines:
+        if lines.lines or self._queue.qsize():
             lines.idle = False
             return False
         return True
@@ -403,17 +404,15 @@ class Pipeline:
             if items:
                 self._export(items, chunk[1] - 1 if chunk is not None else 0)
             return False
-        events, waiters, stopping, wakes = [], [], False, 0
+        events, waiters, stopping = [], [], False
         for item in items:
             if item.__class__ is dict or item.__class__ is bytes:
                 events.append(item)
             elif item is _STOP:
                 stopping = True
-            elif item is _WAKE:
-                wakes += 1
             else:
                 waiters.append(item)
-        self._markers_taken += len(waiters) + stopping + wakes
+        self._markers_taken += len(waiters) + stopping
         if chunk is not None:
             events.append(chunk[0])
         if events:

@@ -182,16 +182,37 @@ def jsonable(value: Any) -> Any:
 
 
 def encode_event(event: dict[str, Any]) -> bytes:
-    """One event as one JSON line, never raising: exotic values become their closest JSON."""
+    """One event as one JSON line, never raising: exotic values become their closest JSON.
+
+    (It runs on the caller's thread in line mode, inside ``emit``: a value whose own
+    ``__repr__`` raises, or a name with a lone surrogate, still makes a line.)"""
     try:
         return orjson.dumps(event, default=_default, option=_OPTIONS) + b"\n"
-    except (TypeError, RecursionError):
+    except Exception:
         try:
             return orjson.dumps(jsonable(event), default=_default, option=_OPTIONS) + b"\n"
-        except (TypeError, RecursionError) as exc:
-            fallback: dict[str, Any] = {k: event[k] for k in ("t", "run_id", "event") if k in event}
-            fallback["unencodable"] = f"{type(exc).__name__}: {exc}"
-            return orjson.dumps(jsonable(fallback), option=_OPTIONS) + b"\n"
+        except Exception as exc:
+            fallback: dict[str, Any] = {
+                k: _plain(event[k]) for k in ("t", "run_id", "event") if k in event
+            }
+            fallback["unencodable"] = _plain(f"{type(exc).__name__}: {_text(exc)}")
+            return orjson.dumps(fallback, option=_OPTIONS) + b"\n"
+
+
+def _text(value: Any) -> str:
+    try:
+        return str(value)
+    except Exception:
+        return f"<{type(value).__name__}>"
+
+
+def _plain(value: Any) -> Any:
+    """A float or a string orjson takes for sure (a lone surrogate escaped), for the last
+    resort line."""
+    if value.__class__ is float or value.__class__ is int:
+        return value
+    text = value if isinstance(value, str) else _text(value)
+    return str(text).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _line_count(events: Sequence[dict[str, Any] | bytes]) -> int:

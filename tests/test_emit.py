@@ -145,6 +145,15 @@ _HARD_VALUES = st.one_of(
     st.integers(min_value=2**64, max_value=2**80),
     st.dictionaries(st.integers(0, 3), st.integers(), max_size=2),
     st.text(min_size=40, max_size=120),
+    # What C writes itself, at its edges: escapes, line separators, floats in lists, tuples,
+    # lists in lists, the extremes of 64 bits.
+    st.text(
+        alphabet=st.sampled_from('\x00\x01\x1f\x7f"\\/\n\t\u2028\u2029\ufeffé€😀a'), max_size=12
+    ),
+    st.lists(st.floats(allow_nan=False), max_size=3),
+    st.tuples(st.integers(), st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=3)),
+    st.lists(st.lists(st.one_of(st.integers(), st.none(), st.booleans()), max_size=3), max_size=3),
+    st.sampled_from([-(2**63), 2**63 - 1, 2**63, -0.0, 5e-324, 1e15, 1e16, 0.0001, 1e-05]),
 )
 
 
@@ -170,6 +179,12 @@ def test_lines_made_on_the_callers_thread_are_the_writers_lines(tmp_path_factory
     lines = {kind: _lines(trace) for kind, trace in traces.items()}
     assert lines["compiled"] == lines["closure"] == lines["writer"]
     assert len(lines["writer"]) == len(calls)
+    if limit:  # one time stamp for all: the very bytes agree, but for each run's ID
+        raw = {
+            kind: trace.path.read_bytes().split(b"\n", 1)[1].replace(trace.run_id.encode(), b"R")  # type: ignore[union-attr]
+            for kind, trace in traces.items()
+        }
+        assert raw["compiled"] == raw["closure"] == raw["writer"]
     for count in ("renamed_fields", "events_oversized", "written"):
         values = {kind: getattr(trace.stats, count) for kind, trace in traces.items()}
         assert len(set(values.values())) == 1, (count, values)
@@ -211,6 +226,28 @@ def test_a_line_is_made_as_the_event_is_emitted(tmp_path):
         trace.emit("x", tokens=tokens)
         tokens.append(3)
     assert dict(_lines(trace)[0])["tokens"] == [1, 2]
+
+
+class Raising:
+    """A value whose repr raises: the log's rule still makes a line of its event."""
+
+    def __repr__(self) -> str:
+        raise ValueError("no repr")
+
+
+@pytest.mark.parametrize("kind", ["compiled", "writer"])
+def test_emit_never_raises_on_a_value_or_name_it_cannot_write(tmp_path, kind):
+    """A name with a lone surrogate, or a value whose repr raises: emit returns, and the
+    event is written as its time, run and kind with why it was unencodable."""
+    traces = _emitters(tmp_path, "bad", (kind, "compiled") if kind == "writer" else (kind,))
+    trace = traces[kind]
+    trace.emit("bad\ud800", n=1)
+    trace.emit("raises", x=Raising())
+    for each in traces.values():
+        each.close()
+    events = [dict(e) for e in _lines(trace)]
+    assert [e["event"] for e in events] == ["bad\\ud800", "raises"]
+    assert all("unencodable" in e for e in events)
 
 
 @compiled
