@@ -141,27 +141,25 @@ class Pipeline:
         self._drops_carried = 0  # drops whose report was lost in a failed write
         self._give_up_at: float | None = None  # set by close: stop retrying a failing log then
         self._closed = False
-        #: The caller's emit queues each event's line, not its dict: the log is all there is
-        #: to export to (no exporters now, nor any a forked child's thread will make).
-        self.caller_encodes = (
-            exporters is None
-            and not self.exporters
-            and isinstance(self.log, JsonlExporter)
-            and _LineBuffer is not None  # without C, the closure queues dicts: it is cheaper
-        )
-        #: The lines the compiled emit makes, waiting for the writer (None: not built, or
-        #: events are queued as dicts for exporters in this process).
-        self.lines = _LineBuffer() if self.caller_encodes and _LineBuffer is not None else None
+        #: The lines emit makes, waiting for the writer: only where the log is all there is
+        #: to export to (no exporters now, nor any a forked child's thread will make) and the
+        #: buffer is built (without C, the closure queues dicts: it is cheaper).
+        alone = exporters is None and not self.exporters and isinstance(self.log, JsonlExporter)
+        self.lines = _LineBuffer() if alone and _LineBuffer is not None else None
         self._thread = threading.Thread(
             target=self._run, args=(exporters,), name="otel-rollout-writer", daemon=True
         )
         self._thread.start()
 
+    @property
+    def caller_encodes(self) -> bool:
+        """Emit makes each event's line, into :attr:`lines`, rather than queue its dict."""
+        return self.lines is not None
+
     def make_emit(self, *, compiled: bool = True, now: Callable[[], float] = time.time) -> Emit:
-        """The caller's hot path: stamp the event with ``now()`` and enqueue it (or its line,
-        if the pipeline :attr:`caller_encodes`), or count a drop (in C where built, unless
-        not ``compiled``: the closure below, with the same results)."""
-        encodes = self.caller_encodes
+        """The caller's hot path: stamp the event with ``now()`` and enqueue it (or append its
+        line, if the pipeline :attr:`caller_encodes`), or count a drop (in C where built,
+        unless not ``compiled``: the closure below, with the same results)."""
         if compiled and _Emitter is not None:
             # With a LineBuffer, C makes the common line (a str name; strings, numbers, None
             # and lists of them; under the limit) as the log would, and the log's own rule
@@ -201,7 +199,7 @@ class Pipeline:
                 if put is None:
                     append(lines, encode(event), t)
                 else:
-                    put(encode(event) if encodes else event)
+                    put(event)
             else:
                 on_full()
 

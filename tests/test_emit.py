@@ -65,7 +65,7 @@ def _emitters(
         pipeline = trace._pipeline
         assert pipeline is not None and pipeline.caller_encodes  # the log alone: lines queued
         if kind == "writer":
-            pipeline.caller_encodes, pipeline.lines = False, None
+            pipeline.lines = None  # dicts queued, as with exporters in the process
         if limit:
             pipeline.log.max_event_bytes = limit  # type: ignore[attr-defined]
         # One time for every event of every trace: the lines' lengths are the same.
