@@ -343,6 +343,39 @@ class TestSidecarFaults:
             ended = [OtlpReceiver.attributes(s).get("rollout.ended_by") for _, s in rx.spans()]
         assert ended == ["run.stopped"]
 
+    @pytest.mark.parametrize("flag", ["Flag", "threading.Event"])
+    def test_a_signal_that_lands_inside_the_stop_wait_still_stops_it(self, flag):
+        """The sidecar's stop flag (and a flush's done), set by a real signal's handler while
+        the main thread is in its wait (300 flags, signals every 0.5 ms): every wait ends
+        set.  A threading.Event, the control, fails: its set() waits for the lock its own
+        interrupted wait holds."""
+        script = textwrap.dedent(f"""
+            import os, signal, threading, time
+            from otel_rollout._flag import Flag
+            make = {flag}
+            current = [make()]
+            signal.signal(signal.SIGUSR1, lambda signum, frame: current[0].set())
+            done = False
+            def pester():
+                while not done:
+                    os.kill(os.getpid(), signal.SIGUSR1)
+                    time.sleep(0.0005)
+            threading.Thread(target=pester, daemon=True).start()
+            for _ in range(300):
+                flag = current[0] = make()
+                while not flag.wait(0):
+                    pass
+            done = True
+            print("all stopped")
+        """)
+        try:
+            run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                                 timeout=30)  # fmt: skip
+            stopped = run.returncode == 0 and "all stopped" in run.stdout
+        except subprocess.TimeoutExpired:  # deadlocked
+            stopped = False
+        assert stopped is (flag == "Flag")
+
     def test_absurd_times_end_in_a_result_not_a_hang(self, tmp_path, cli):
         """Negative and far-future times (milliseconds for seconds) are exported clamped."""
         path = tmp_path / "t.jsonl"

@@ -32,7 +32,6 @@ import logging
 import os
 import signal
 import socket
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,6 +40,7 @@ from typing import Any
 
 import msgspec
 
+from .._flag import Flag
 from .._warnings import MAX_WARNINGS
 from ..events import decode_plain, from_object, parse_problem
 from ..follow import FileFollower
@@ -95,7 +95,7 @@ class Sidecar:
         self._follower = FileFollower(self.path, offset)
         self._begin = offset  # the first byte this sidecar follows
         self._notes: SimpleQueue[Note] = SimpleQueue()
-        self._stop = threading.Event()
+        self._stop = Flag()  # set by a signal handler too
         self._host = socket.gethostname()
         self._connected: dict[str, socket.socket] = {}  # runs whose trainer holds a connection
         self._stop_at: int | None = None  # handed over: read up to here, then finish

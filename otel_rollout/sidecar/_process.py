@@ -91,3 +91,4 @@ def follow_log(path: Path) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
+
