@@ -31,14 +31,19 @@
 #include <structmember.h>
 
 #include "_emit_json.h"
+#include "_emit_wait.h"
 
 /* The lines emitted and not yet taken by the writer: appended by emit (and by the trace
  * for its own events), taken whole by the writer as one bytes.  Every access holds the
- * GIL, so the buffer needs no lock of its own. */
+ * GIL, so the buffer needs no lock of its own.  The lines taken stay counted (taken)
+ * until the writer says they are written or lost (written()): emit's room is for the
+ * capacity less both, so a write held up by a slow disk does not let memory grow to
+ * twice the capacity. */
 typedef struct {
     PyObject_HEAD
     Buf buf;
     Py_ssize_t lines;
+    Py_ssize_t taken; /* lines taken by the writer, not yet written or lost */
     double first_t; /* when the oldest line not yet taken was emitted */
     char idle;      /* the writer waits for a line: the next emit wakes it */
 } LineBuffer;
@@ -91,6 +96,7 @@ static PyObject *linebuffer_take(LineBuffer *self, PyObject *unused)
     double first_t = self->first_t;
     self->buf.len = 0;
     self->lines = 0;
+    self->taken += lines;
     if (self->buf.cap > (1 << 22)) { /* a burst's buffer is not kept for good */
         PyMem_Free(self->buf.data);
         self->buf.data = NULL;
@@ -99,7 +105,15 @@ static PyObject *linebuffer_take(LineBuffer *self, PyObject *unused)
     return Py_BuildValue("(Nnd)", data, lines, first_t);
 }
 
+static PyObject *linebuffer_written(LineBuffer *self, PyObject *unused)
+{
+    self->taken = 0;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef linebuffer_methods[] = {
+    {"written", (PyCFunction)linebuffer_written, METH_NOARGS,
+     "written(): the lines taken are written (or counted lost): room for as many more."},
     {"append", (PyCFunction)linebuffer_append, METH_VARARGS,
      "append(line, t): one whole line (ending in a newline), emitted at t."},
     {"take", (PyCFunction)linebuffer_take, METH_NOARGS,
@@ -109,6 +123,8 @@ static PyMethodDef linebuffer_methods[] = {
 
 static PyMemberDef linebuffer_members[] = {
     {"lines", T_PYSSIZET, offsetof(LineBuffer, lines), READONLY, "Lines not yet taken."},
+    {"taken", T_PYSSIZET, offsetof(LineBuffer, taken), READONLY,
+     "Lines taken by the writer and not yet written (or lost)."},
     {"idle", T_BOOL, offsetof(LineBuffer, idle), 0,
      "Set by the writer before it waits: the next line calls the emitter's wake()."},
     {NULL},
@@ -207,7 +223,7 @@ static PyObject *emit_line(Emitter *self, PyObject *name, PyObject *const *value
                            PyObject *kwnames)
 {
     LineBuffer *lb = self->buffer;
-    int room = has_room(self, lb->lines);
+    int room = has_room(self, lb->lines + lb->taken);
     if (room <= 0)
         return room < 0 ? NULL : PyObject_CallNoArgs(self->on_full);
     PyObject *t = PyObject_CallNoArgs(self->now);
@@ -429,9 +445,17 @@ static PyTypeObject EmitterType = {
     .tp_members = emitter_members,
 };
 
+static PyMethodDef module_methods[] = {
+    {"write_then_wait", (PyCFunction)write_then_wait, METH_VARARGS,
+     "write_then_wait(fd, data, waker, seconds) -> (written, errno, deleted, woken): the"
+     " writer's write and its hold, in one release of the GIL (_emit_wait.h)."},
+    {NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "otel_rollout._emit",
-    "The caller's emit in C (see _pipeline.Pipeline.make_emit).", -1, NULL,
+    "The caller's emit in C (see _pipeline.Pipeline.make_emit), and the writer's waits.", -1,
+    module_methods,
 };
 
 PyMODINIT_FUNC PyInit__emit(void)
@@ -441,13 +465,15 @@ PyMODINIT_FUNC PyInit__emit(void)
     key_event = PyUnicode_InternFromString("event");
     if (key_time == NULL || key_run_id == NULL || key_event == NULL)
         return NULL;
-    if (PyType_Ready(&EmitterType) < 0 || PyType_Ready(&LineBufferType) < 0)
+    if (PyType_Ready(&EmitterType) < 0 || PyType_Ready(&LineBufferType) < 0
+        || PyType_Ready(&WakerType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
     if (PyModule_AddObjectRef(m, "Emitter", (PyObject *)&EmitterType) < 0
-        || PyModule_AddObjectRef(m, "LineBuffer", (PyObject *)&LineBufferType) < 0) {
+        || PyModule_AddObjectRef(m, "LineBuffer", (PyObject *)&LineBufferType) < 0
+        || PyModule_AddObjectRef(m, "Waker", (PyObject *)&WakerType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

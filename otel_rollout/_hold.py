@@ -9,16 +9,22 @@ wakes a second took 5-7% of its throughput at 1,000 and 10,000 events/s
 ``config.WRITER_HOLD`` seconds between writes (:meth:`Hold.wait`), and takes the
 GIL ~18 times a second instead.  ``flush()`` and ``close()`` end a hold at once
 (:meth:`Hold.wake`).
+
+Each time the writer takes the GIL back from such a controller is a forced switch,
+so a batch of lines and the hold after it go in one release of the GIL where they
+can (:meth:`Hold.ticket`, ``JsonlExporter.export(hold=...)``, ``_emit_wait.h``): the
+writer takes the GIL once a batch, not three times.
 """
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from queue import Empty, SimpleQueue
+from typing import Any
 
-__all__ = ["BUSY_LAG", "BUSY_SHARE", "Hold", "others_cpu"]
+__all__ = ["BUSY_LAG", "BUSY_SHARE", "Hold", "PyWaker", "Wait", "Waker", "others_cpu"]
 
 #: Seconds the writer waited (for the oldest event's turn, or for the GIL after a hold)
 #: past which it counts the GIL as busy, if this process also used :data:`BUSY_SHARE` of a
@@ -40,9 +46,60 @@ def others_cpu() -> float:
     return time.process_time() - time.thread_time()
 
 
+class PyWaker:
+    """The hold's wake-up where the compiled one (``_emit.Waker``) is not built: the same
+    interface over a SimpleQueue, whose ``put`` takes no lock (a SIGTERM handler that
+    closes the trace cannot deadlock on a flush it interrupted)."""
+
+    def __init__(self) -> None:
+        self._queue: SimpleQueue[None] = SimpleQueue()
+
+    def wake(self) -> None:
+        """End the wait (or the next one)."""
+        self._queue.put(None)
+
+    def clear(self) -> None:
+        """Spend a wake left over."""
+        while not self._queue.empty():
+            self._queue.get_nowait()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Until woken (True; every wake so far spent) or ``timeout`` seconds pass."""
+        try:
+            self._queue.get(timeout=None if timeout is None else max(timeout, 0.0))
+        except Empty:
+            return False
+        self.clear()
+        return True
+
+
+try:
+    from ._emit import Waker as _CWaker
+except ImportError:  # no compiler at install time
+    _CWaker = None
+
+#: The compiled waker where built (its wait and a write share a release of the GIL).
+Waker: Any = _CWaker if _CWaker is not None else PyWaker
+
+
+@dataclass
+class Wait:
+    """A hold to wait in the batch's own write (``JsonlExporter.export(hold=...)``, after a
+    whole write, in the same release of the GIL), and what came of it."""
+
+    waker: Any
+    seconds: float
+    #: When it was handed out, on the hold's clock: the hold runs out ``seconds`` later.
+    issued: float = 0.0
+    #: Waited: the write was whole (else the writer holds on its own, if still due).
+    done: bool = False
+    woken: bool = False
+
+
 class Hold:
     """The writer's hold policy: call :meth:`taken` with each batch's oldest item; once it
-    is written, hold with :meth:`wait` while :meth:`due`.
+    is written, hold with :meth:`wait` while :meth:`due` (or hand the log's write the
+    :meth:`ticket` to wait it in, then :meth:`waited`).
 
     ``seconds`` 0 turns holding off.  The clocks are parameters so that tests can
     drive them: ``now`` is the clock events are stamped with, ``clock`` a monotonic
@@ -58,9 +115,9 @@ class Hold:
         cpu: Callable[[], float] = others_cpu,
     ) -> None:
         self.seconds = seconds
-        # A SimpleQueue, not an Event: its put takes no lock, so a SIGTERM handler that
+        # Not an Event: a wake takes no lock a waiter holds, so a SIGTERM handler that
         # closes the trace cannot deadlock on a flush() it interrupted.
-        self._wake: SimpleQueue[None] = SimpleQueue()
+        self._waker = Waker()
         self._now, self._clock, self._cpu = now, clock, cpu
         self._busy = self._was_busy = False
         self._held_until: float | None = None  # when the last hold was to end, if it ran out
@@ -99,26 +156,40 @@ class Hold:
         """Hold ``seconds``, or less if :meth:`wake` is called; not at all if ``asked()``
         (a flush or close is already queued: asked after the old wakes are spent, so that
         one queued meanwhile still finds its wake)."""
-        while not self._wake.empty():  # a wake left by a flush already done is spent
-            self._wake.get_nowait()
+        self._waker.clear()  # a wake left by a flush already done is spent
         if asked():
             return
         end = self._clock() + self.seconds
-        try:
-            self._wake.get(timeout=self.seconds)
-        except Empty:
+        if not self._waker.wait(self.seconds):
             self._held_until = end
+
+    def ticket(self, asked: Callable[[], bool]) -> Wait | None:
+        """The hold :meth:`due` after the batch just taken, to wait in its write (see
+        :class:`Wait`); None if none is due or ``asked()``, as :meth:`wait` would not hold."""
+        if not self.due():
+            return None
+        self._waker.clear()
+        if asked():
+            return None
+        return Wait(self._waker, self.seconds, issued=self._clock())
+
+    def waited(self, wait: Wait) -> None:
+        """The write waited ``wait``: if the hold ran out, note when it was to end, as
+        :meth:`wait` does (the next batch's wait for the GIL is measured from there; the
+        write before the hold, a few microseconds, counts in it)."""
+        if wait.done and not wait.woken:
+            self._held_until = wait.issued + wait.seconds
 
     def wake(self) -> None:
         """End a hold now (a flush or close was queued); safe from a signal handler."""
-        self._wake.put(None)
+        self._waker.wake()
 
     def waker(self) -> Callable[[], None]:
-        """:meth:`wake` as a callable that runs no Python code (``partial`` of the queue's
-        ``put``), for the compiled emit: no signal or exception can cut it short."""
-        return functools.partial(self._wake.put, None)
+        """:meth:`wake` for the compiled emit (built with the compiled waker): a C method,
+        which runs no Python code, so no signal or exception can cut it short."""
+        return self._waker.wake
 
     def idle(self) -> None:
         """Wait for a wake: a line for a writer that has none (line mode), a flush, a close.
         A wake left over from an earlier flush ends it at once: the writer looks again."""
-        self._wake.get()
+        self._waker.wait()

@@ -34,7 +34,8 @@ from typing import Any
 
 import orjson
 
-from ._hold import Hold
+from ._flag import Flag
+from ._hold import Hold, Wait
 from .exporters import CountingExporter, EventExporter, JsonlExporter, LogExporter
 
 # The caller's emit in C wherever built (_emit.c: the same events and lines, and for the
@@ -182,7 +183,7 @@ class Pipeline:
         lines = self.lines
         # With a line buffer built, its lines keep one order with the trace's own (submit).
         put = self._queue.put if lines is None else None
-        held = self._queue.qsize if lines is None else lambda: lines.lines
+        held = self._queue.qsize if lines is None else lambda: lines.lines + lines.taken
         capacity = self._capacity
         on_full = self._count_queue_full
         rename = self._rename_reserved
@@ -242,7 +243,8 @@ class Pipeline:
             other={},
             # The queue's events: less the flush markers and the stop sentinel still in it.
             queued=max(self._queue.qsize() - (self._markers_put - self._markers_taken), 0)
-            + (self.lines.lines if self.lines is not None else 0),
+            # ...and the lines emitted, taken by the writer or not, not yet written or lost.
+            + (self.lines.lines + self.lines.taken if self.lines is not None else 0),
             renamed_fields=self.stats.renamed_fields + self._unnamed,
         )
         for exporter in (self.log, *self.exporters):
@@ -263,7 +265,9 @@ class Pipeline:
         writer thread goes on writing meanwhile)."""
         if self._closed or not self._thread.is_alive():
             return not self._thread.is_alive()
-        done = threading.Event()
+        # Not an Event: a SIGTERM handler that closes the trace, landing inside its wait,
+        # had the writer's set() wait for the lock that wait holds until close gave up.
+        done = Flag()
         with self._lock:
             self._markers_put += 1
         self._queue.put(done)
@@ -330,6 +334,10 @@ class Pipeline:
         lines = self.lines
         hold = self._hold
         hold.start()
+
+        def asked() -> bool:  # a flush or close is queued: do not hold
+            return self._markers_put != self._markers_taken
+
         stopping = False
         max_batch = self._max_batch
         while not stopping:
@@ -343,27 +351,45 @@ class Pipeline:
             else:
                 hold.idle()  # until a line, a flush or a close wakes it: then look again
                 continue
+            ticket = None
             try:
                 # The lines after the markers taken: every line emitted before a flush is in it.
                 chunk = lines.take() if lines is not None else None
                 if chunk is None and not items:
                     continue
                 hold.taken(chunk[2] if chunk is not None else _emitted_at(items[0]))
-                stopping = self._process(items, chunk)
+                # Lines alone (no marker to answer after the write), to the log's own export:
+                # the hold due after them is waited in their write, in one release of the GIL.
+                # (A burst during that write waits with the rest: the capacity, 262,144 lines
+                # by default, is a 50 ms hold of 5 million events a second.)
+                if lines is not None and not items and self._holds_in_export():
+                    ticket = hold.ticket(asked)
+                stopping = self._process(items, chunk, ticket)
             except Exception:  # never let the writer die: the controller relies on it
                 _log.exception("otel-rollout: internal error in the writer thread")
+            finally:
+                if lines is not None:
+                    lines.written()  # (already, unless the batch failed on the way)
+            if ticket is not None and ticket.done:
+                hold.waited(ticket)
+                continue
             # Only a writer of the log alone holds: with exporters in this process (spans
             # made in-process, ~50 us an event) the writer's own work is what keeps the
             # GIL busy, and holding only delayed the log (bench/faults.py, in-process
             # export at up to 20,000 events/s: the log's p99 lag 54 ms against 3 ms).
             backlog = qsize() + (lines.lines if lines is not None else 0)
             if hold.due() and not stopping and not self.exporters and backlog < max_batch:
-                hold.wait(lambda: self._markers_put != self._markers_taken)
+                hold.wait(asked)
         leftovers = [get() for _ in range(qsize())]
         try:
             self._process(leftovers, lines.take() if lines is not None else None)
         finally:
             self._shut_down_exporters()
+
+    def _holds_in_export(self) -> bool:
+        """Whether the log's ``export`` is :class:`JsonlExporter`'s own, which waits a hold
+        in its write (not one replaced, on a subclass or by a test)."""
+        return getattr(self.log.export, "__func__", None) is JsonlExporter.export
 
     def _wait_for_a_line(self, lines: Any) -> bool:
         """Ask the next line's emit to wake the writer; False if a line or a marker came
@@ -392,15 +418,21 @@ class Pipeline:
                 self.stats.exporter_errors += 1
                 _log.warning("otel-rollout: %s is still shutting down; not waiting for it", name)
 
-    def _process(self, items: list[Any], chunk: tuple[bytes, int, float] | None = None) -> bool:
+    def _process(
+        self,
+        items: list[Any],
+        chunk: tuple[bytes, int, float] | None = None,
+        hold: Wait | None = None,
+    ) -> bool:
         """Export the events among ``items`` and the ``chunk`` of lines taken with them
         (its data, its number of lines, when its first was emitted), then release flush
-        waiters; True on stop."""
+        waiters; True on stop.  ``hold``: the writer's hold, for the log's write of
+        ``items`` free of markers."""
         if self._markers_put == self._markers_taken:  # none queued: items are all events
             if chunk is not None:
                 items.append(chunk[0])
             if items:
-                self._export(items, chunk[1] - 1 if chunk is not None else 0)
+                self._export(items, chunk[1] - 1 if chunk is not None else 0, hold)
             return False
         events, waiters, stopping = [], [], False
         for item in items:
@@ -413,7 +445,9 @@ class Pipeline:
         self._markers_taken += len(waiters) + stopping
         if chunk is not None:
             events.append(chunk[0])
-        if events:
+        # Drops with no line after them are reported before a flush or close returns.
+        unreported = self.stats.dropped_queue_full != self._drops_reported or self._drops_carried
+        if events or unreported:
             self._export(events, chunk[1] - 1 if chunk is not None else 0)
         for waiter in waiters:
             waiter.set()
@@ -467,9 +501,10 @@ class Pipeline:
             event[key] = value
         return event
 
-    def _export(self, events: list[Any], more_lines: int = 0) -> None:
+    def _export(self, events: list[Any], more_lines: int = 0, hold: Wait | None = None) -> None:
         """Export a batch of events: dicts, or the lines the caller's thread made of them
-        (an item of the lines taken from the buffer holds ``more_lines + 1`` of them)."""
+        (an item of the lines taken from the buffer holds ``more_lines + 1`` of them);
+        the log's first write waits ``hold`` after it."""
         if not self.caller_encodes:  # (its lines' names were made text already)
             for event in events:  # ~30 ns an event, here rather than on the caller's thread
                 if event.__class__ is dict and event["event"].__class__ is not str:
@@ -486,7 +521,7 @@ class Pipeline:
             events.append(
                 {"t": t, "run_id": self.run_id, "event": "trace.dropped", "count": drops}
             )
-        lost = self._export_to_log(events, ours + bool(drops))
+        lost = self._export_to_log(events, ours + bool(drops), hold)
         if lost:
             # The drop report is the batch's last line, so it is the first one lost.
             lost_ours = max(lost - 1, 0) if drops else lost
@@ -494,13 +529,16 @@ class Pipeline:
             self.stats.dropped_write_error += lost_ours
             ours -= lost_ours
         self.stats.written += ours
+        if self.lines is not None:  # counted written or lost: the buffer has room for them
+            self.lines.written()
         for exporter in self.exporters:
             self._call(exporter, events)
 
-    def _export_to_log(self, events: list[Any], total: int) -> int:
+    def _export_to_log(self, events: list[Any], total: int, hold: Wait | None = None) -> int:
         """Write ``events`` (``total`` lines) to the log, retrying the unwritten tail while
         its fault may pass (a full disk, a file made unwritable); how many of the last lines
-        it could not take.
+        it could not take.  The first write waits ``hold`` after it (the log alone: a
+        :class:`JsonlExporter`).
 
         While this waits, the caller's queue fills and ``emit`` drops and counts events:
         memory stays bounded and the controller never waits.  ``close`` ends the waiting.
@@ -508,7 +546,8 @@ class Pipeline:
         log = self.log
         pending, delay = events, 0.01
         while True:
-            lost = min(self._call(log, pending, total), total)
+            lost = min(self._call(log, pending, total, hold), total)
+            hold = None
             if not lost or not log.retryable:
                 return lost
             pending, total = _last_lines(pending, lost), lost
@@ -520,10 +559,18 @@ class Pipeline:
             time.sleep(wait)
             delay = min(delay * 2, self._retry_max_delay)
 
-    def _call(self, exporter: EventExporter, events: list[Any], size: int | None = None) -> int:
-        """Hand ``events`` to ``exporter``; what it lost (all ``size`` of them, or every
-        event, if it raised)."""
+    def _call(
+        self,
+        exporter: EventExporter,
+        events: list[Any],
+        size: int | None = None,
+        hold: Wait | None = None,
+    ) -> int:
+        """Hand ``events`` to ``exporter`` (with the writer's ``hold``, the log); what it lost
+        (all ``size`` of them, or every event, if it raised)."""
         try:
+            if hold is not None:  # the log alone: a JsonlExporter
+                return exporter.export(events, hold=hold)  # type: ignore[call-arg]
             lost = exporter.export(events)
         except Exception:
             self.stats.exporter_errors += 1

@@ -20,13 +20,22 @@ import stat
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePath
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import orjson
 
 from . import config
 from ._syncer import Syncer
 from .constants import MOST_DIGITS, ROLLOUT_TRACE_FILENAME
+
+if TYPE_CHECKING:
+    from ._hold import Wait
+
+try:  # the write and the writer's hold after it, in one release of the GIL
+    from ._emit import Waker as _CWaker
+    from ._emit import write_then_wait as _write_then_wait
+except ImportError:  # no compiler at install time: _write below does the same in steps
+    _CWaker = _write_then_wait = None
 
 __all__ = [
     "COUNTS",
@@ -215,6 +224,31 @@ def _plain(value: Any) -> Any:
     return str(text).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def _write(fd: int, data: bytes, hold: Wait | None) -> tuple[int, OSError | None, bool]:
+    """Write ``data`` to ``fd`` unless its file was deleted (no links: nothing written);
+    the bytes written, the error that stopped it, and whether it was deleted.  In C, the
+    check and the write give the GIL up once, and after a whole write ``hold`` is waited
+    before it is taken back."""
+    if _write_then_wait is not None:  # (os.fstat and os.write would each give the GIL up)
+        if hold is not None and hold.waker.__class__ is not _CWaker:
+            hold = None  # (a waker of Python's own is waited by the writer)
+        waker, seconds = (hold.waker, hold.seconds) if hold is not None else (None, 0.0)
+        done, errno, deleted, woken = _write_then_wait(fd, data, waker, seconds)
+        if hold is not None and not errno and not deleted:
+            hold.done, hold.woken = True, woken
+        return done, OSError(errno, os.strerror(errno)) if errno else None, bool(deleted)
+    if os.fstat(fd).st_nlink == 0:
+        return 0, None, True
+    view = memoryview(data)
+    done = 0
+    try:
+        while done < len(data):
+            done += os.write(fd, view[done:])
+    except OSError as exc:
+        return done, exc, False
+    return done, None, False
+
+
 def _line_count(events: Sequence[dict[str, Any] | bytes]) -> int:
     """Lines in a batch: a dict is one; lines made already count their newlines."""
     return sum(e.count(b"\n") if isinstance(e, bytes) else 1 for e in events)
@@ -358,22 +392,31 @@ class JsonlExporter:
         encode = self.encode_line
         return [event if isinstance(event, bytes) else encode(event) for event in events]
 
-    def export(self, events: Sequence[dict[str, Any] | bytes]) -> int:
+    def export(self, events: Sequence[dict[str, Any] | bytes], *, hold: Wait | None = None) -> int:
         """Write the events (dicts, or lines made already: one, or many joined) in one
-        ``write``; how many lines it could not take."""
+        ``write``; how many lines it could not take.  Given the writer's ``hold``, a whole
+        write that needs no sync at once is followed by that wait in the same release of
+        the GIL (``hold.done`` says whether it was)."""
         if self._fd is None:
             self.retryable = False
             return _line_count(events)
         lines = self._encode(events)
+        data = b"".join(lines)
+        syncer = self._syncer
+        urgent = syncer is not None and any(kind in data for kind in _SYNC_AT_ONCE)
+        if urgent or (syncer is not None and syncer.interval == 0):
+            hold = None  # its sync is asked for at once, not after the hold
+        lead = b"\n" if self._cut else b""
         try:
-            self._reopen_if_deleted()
+            done, error, deleted = _write(self._fd, lead + data, hold)
+            if deleted:  # recreated, and written there, rather than into the void
+                self._reopen()
+                lead = b""
+                done, error, _ = _write(self._fd, data, None)
         except OSError as exc:
             return self._failed(exc, _line_count(events))
-        data = b"".join(lines)
-        lead = b"\n" if self._cut else b""
-        done, error = self._write(lead + data)
-        if done and self._syncer is not None:
-            self._syncer.wrote(urgent=any(kind in data for kind in _SYNC_AT_ONCE))
+        if done and syncer is not None:
+            syncer.wrote(urgent=urgent)
         if error is None:
             self._cut = False
             if self._failing:
@@ -394,17 +437,6 @@ class JsonlExporter:
             self._cut = left > 0  # the start of the next line is in the file
         return self._failed(error, len(lines) - whole)
 
-    def _write(self, data: bytes) -> tuple[int, OSError | None]:
-        """How many bytes of ``data`` were written, and the error that stopped it, if any."""
-        view = memoryview(data)
-        done = 0
-        try:
-            while done < len(data):
-                done += os.write(self._fd, view[done:])  # type: ignore[arg-type]  # a memoryview is a buffer
-        except OSError as exc:
-            return done, exc
-        return done, None
-
     def _failed(self, exc: OSError, lost: int) -> int:
         if not self._failing:
             _log.error(
@@ -416,11 +448,9 @@ class JsonlExporter:
         self.retryable = True
         return lost
 
-    def _reopen_if_deleted(self) -> None:
-        """Recreate the log (and its directory) if it was deleted while open."""
+    def _reopen(self) -> None:
+        """Recreate the log (and its directory): it was deleted while open."""
         assert self._fd is not None
-        if os.fstat(self._fd).st_nlink > 0:
-            return
         _log.warning("otel-rollout: %s was deleted; writing to a new file there", self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = self._open()

@@ -454,34 +454,35 @@ def test_a_name_that_is_no_string_takes_the_slow_rule_in_c(tmp_path):
 
 
 def test_a_full_queue_of_lines_counts_its_drops_and_the_report_keeps_time_order(tmp_path):
-    """With the writer held inside its write, a trace queuing lines queues up to the
-    capacity and counts the rest; the trace.dropped line that reports them is no earlier
-    than the line before it."""
+    """With the writer held inside its write, a trace queuing lines holds up to the
+    capacity, the line being written counted in it, and counts the rest; the trace.dropped
+    line that reports them is no earlier than the line before it."""
     entered, release = threading.Event(), threading.Event()
     trace = RolloutTrace(tmp_path / "full.jsonl", capacity=50)
     pipeline = trace._pipeline
     assert pipeline is not None and pipeline.caller_encodes
     log = pipeline.log
-    write = log._write  # type: ignore[attr-defined]
+    export = log.export
 
-    def held(data):
+    def held(events, **hold):
         entered.set()
         release.wait(10)
-        return write(data)
+        return export(events, **hold)
 
-    log._write = held  # type: ignore[attr-defined]
+    log.export = held  # type: ignore[method-assign]
     entered.wait(5)  # run.start's write is held
     for i in range(400):
         trace.emit("x", i=i)
-    assert trace.stats.dropped_queue_full == 350
+    assert trace.stats.queued == 50  # run.start, taken, and 49 lines
+    assert trace.stats.dropped_queue_full == 351
     release.set()
     trace.flush()  # the queued lines are written, and the drops reported after them
     trace.emit("after", n=1)
     trace.close()
     events = [orjson.loads(line) for line in trace.path.read_bytes().splitlines()]
-    assert [e["i"] for e in events if e["event"] == "x"] == list(range(50))
+    assert [e["i"] for e in events if e["event"] == "x"] == list(range(49))
     report = next(i for i, e in enumerate(events) if e["event"] == "trace.dropped")
-    assert events[report]["count"] == 350
+    assert events[report]["count"] == 351
     assert events[report - 1]["t"] <= events[report]["t"] <= events[report + 1]["t"]
 
 

@@ -14,13 +14,19 @@ import sys
 import textwrap
 import threading
 import time
+from errno import EBADF
 from pathlib import Path
 
 import pytest
 from conftest import clean_env
 
-from otel_rollout._hold import Hold
+from otel_rollout._hold import Hold, PyWaker, Wait
 from otel_rollout.reader import read_events
+
+try:
+    from otel_rollout import _emit
+except ImportError:  # built without a compiler
+    _emit = None  # type: ignore[assignment]
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="needs /proc/self/io")
 
@@ -318,3 +324,135 @@ def test_the_writers_own_work_is_not_the_controllers():
     ).stdout
     own, others = map(float, out.split())
     assert own < 0.01 and others >= 0.04, (own, others)
+
+
+_wakers = [pytest.param(PyWaker, id="python")]
+if _emit is not None:
+    _wakers.insert(0, pytest.param(_emit.Waker, id="compiled"))
+
+
+@pytest.mark.parametrize("make", _wakers)
+def test_a_waker_ends_one_wait_and_a_wake_left_over_can_be_cleared(make):
+    """A wake ends the next wait at once (several wakes, one wait), a wait with none runs
+    out, clear() spends a wake left over, and a wake from another thread ends a long wait."""
+    waker = make()
+    assert waker.wait(0.01) is False
+    waker.wake()
+    waker.wake()
+    assert waker.wait(30) is True
+    start = time.monotonic()
+    assert waker.wait(0.05) is False  # the two wakes ended one wait
+    assert time.monotonic() - start >= 0.04
+    waker.wake()
+    waker.clear()
+    assert waker.wait(0.01) is False
+    threading.Timer(0.1, waker.wake).start()
+    start = time.monotonic()
+    assert waker.wait() is True
+    assert time.monotonic() - start < 30
+
+
+@pytest.mark.skipif(_emit is None, reason="needs the compiled _emit")
+def test_a_write_and_the_hold_after_it_share_one_call(tmp_path):
+    """write_then_wait writes the whole data, then waits until woken or the time runs out
+    (no waker or no time, no wait); into a deleted file it writes nothing and does not
+    wait, and a bad descriptor is its errno, unwaited."""
+    assert _emit is not None
+    path = tmp_path / "w.jsonl"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    waker = _emit.Waker()
+    start = time.monotonic()
+    assert _emit.write_then_wait(fd, b"a\n" * 1000, waker, 0.05) == (2000, 0, 0, False)
+    assert time.monotonic() - start >= 0.04
+    assert path.read_bytes() == b"a\n" * 1000
+    threading.Timer(0.1, waker.wake).start()
+    start = time.monotonic()
+    assert _emit.write_then_wait(fd, b"b\n", waker, 60) == (2, 0, 0, True)
+    assert time.monotonic() - start < 30
+    assert _emit.write_then_wait(fd, b"c\n", None, 60) == (2, 0, 0, False)  # no waker
+    assert _emit.write_then_wait(fd, b"", waker, 0.0) == (0, 0, 0, False)
+    path.unlink()
+    start = time.monotonic()
+    assert _emit.write_then_wait(fd, b"d\n", waker, 60) == (0, 0, 1, False)
+    assert time.monotonic() - start < 30
+    os.close(fd)
+    assert _emit.write_then_wait(fd, b"e\n", waker, 60) == (0, EBADF, 0, False)
+
+
+def test_a_ticket_is_the_hold_due_and_a_hold_it_ran_out_is_measured_from_its_end():
+    """ticket() hands out the hold only when one is due and no flush or close is queued;
+    after a write waited it out, the next batch's wait for the GIL counts from its planned
+    end (a short one: not busy), and a ticket woken early counts for nothing."""
+    clocks = Clocks()
+    hold = clocks.hold(0.05)
+    assert hold.ticket(lambda: False) is None  # nothing due yet
+    for _ in range(2):
+        _batch(clocks, hold, 0.005, 1.0)
+    assert hold.due()
+    assert hold.ticket(lambda: True) is None  # a flush is queued: no hold
+    ticket = hold.ticket(lambda: False)
+    assert ticket is not None and ticket.seconds == 0.05 and ticket.issued == clocks.mono
+    ticket.done = True
+    clocks.run(0.05, 1.0)  # the write and the hold, the controller busy meanwhile
+    hold.waited(ticket)
+    emitted = clocks.t - 0.05  # the oldest line waited out the hold...
+    clocks.run(0.0001, 1.0)  # ...but the GIL came back at once after it
+    hold.taken(emitted)
+    assert not hold.due()
+    woken = Wait(None, 0.05, issued=clocks.mono, done=True, woken=True)
+    hold.waited(woken)
+    assert hold._held_until is None
+
+
+# A busy controller as in _BUSY, counting where the writer's holds were waited: in its
+# writes (one release of the GIL for the write and the hold) or on their own.
+_WHERE = textwrap.dedent(
+    """
+    import json, sys, time
+    from otel_rollout.trace import RolloutTrace
+
+    trace = RolloutTrace(sys.argv[1])
+    hold = trace._pipeline._hold
+    counts = {"in_write": 0, "alone": 0}
+    waited, wait = hold.waited, hold.wait
+    def in_write(ticket):
+        counts["in_write"] += 1
+        waited(ticket)
+    def alone(asked):
+        counts["alone"] += 1
+        wait(asked)
+    hold.waited, hold.wait = in_write, alone
+    time.sleep(0.2)
+    start, emitted = time.perf_counter(), 0
+    while (now := time.perf_counter()) < start + 1.0:
+        total = 0
+        for i in range(300):
+            total += (i * 7) % 13
+        while emitted < (now - start) * 5000:
+            trace.emit("tick", seq=emitted)
+            emitted += 1
+    trace.close()
+    print(json.dumps({**counts, "emitted": emitted}))
+    """
+)
+
+
+@pytest.mark.skipif(_emit is None, reason="needs the compiled _emit")
+def test_a_busy_controllers_writer_holds_inside_its_writes(tmp_path):
+    """Under a controller that keeps the GIL busy, the writer waits its holds inside the
+    writes before them (it takes the GIL back once a batch, not twice), and every event
+    is in the file."""
+    log = tmp_path / "where.jsonl"
+    for _ in range(3):  # a machine busy with other work may keep the hold from starting
+        out = subprocess.run(
+            [sys.executable, "-c", _WHERE, str(log)],
+            env=clean_env(OTEL_ROLLOUT_WRITER_HOLD="0.05"),
+            capture_output=True, text=True, check=True, timeout=120,
+        )  # fmt: skip
+        result = json.loads(out.stdout)
+        if result["in_write"] >= 5:
+            break
+        log.unlink()
+    assert result["in_write"] >= 5 and result["alone"] * 2 <= result["in_write"], result
+    seqs = [e["seq"] for e in read_events(log) if e["event"] == "tick"]
+    assert seqs == list(range(result["emitted"]))
