@@ -70,7 +70,8 @@ class PipelineStats:
     #: string (written as its text); each counted once.
     renamed_fields: int = 0
     exporter_errors: int = 0
-    #: Events waiting to be written when these stats were read.
+    #: Events not yet counted written or lost when these stats were read: waiting, or being
+    #: written (a batch written in the same call as the hold after it counts once that ends).
     queued: int = 0
     spans_made: int = 0
     spans_sent: int = 0
