@@ -431,6 +431,9 @@ class JsonlExporter:
             left = done - len(lead)
             for line in lines:
                 if left < len(line):
+                    # All of it but its newline: the next write's lead ends it whole (retried,
+                    # it was in the file twice once the lead made the cut line whole).
+                    whole += left == len(line) - 1
                     break
                 left -= len(line)
                 whole += 1
