@@ -156,28 +156,30 @@ class Hold:
         """Hold ``seconds``, or less if :meth:`wake` is called; not at all if ``asked()``
         (a flush or close is already queued: asked after the old wakes are spent, so that
         one queued meanwhile still finds its wake)."""
-        self._waker.clear()  # a wake left by a flush already done is spent
-        if asked():
-            return
-        end = self._clock() + self.seconds
-        if not self._waker.wait(self.seconds):
-            self._held_until = end
+        wait = self._arm(asked)
+        if wait is not None:
+            wait.woken, wait.done = self._waker.wait(self.seconds), True
+            self._ended(wait)
 
     def ticket(self, asked: Callable[[], bool]) -> Wait | None:
         """The hold :meth:`due` after the batch just taken, to wait in its write (see
         :class:`Wait`); None if none is due or ``asked()``, as :meth:`wait` would not hold."""
-        if not self.due():
-            return None
-        self._waker.clear()
-        if asked():
-            return None
-        return Wait(self._waker, self.seconds, issued=self._clock())
+        return self._arm(asked) if self.due() else None
 
     def waited(self, wait: Wait) -> None:
         """The write waited ``wait``: if the hold ran out, note when it was to end, as
         :meth:`wait` does (the next batch's wait for the GIL is measured from there; the
         write before the hold, a few microseconds, counts in it)."""
-        if wait.done and not wait.woken:
+        self._ended(wait)
+
+    def _arm(self, asked: Callable[[], bool]) -> Wait | None:
+        """A hold starting now, the wakes left by flushes already done spent; None if
+        ``asked()``."""
+        self._waker.clear()
+        return None if asked() else Wait(self._waker, self.seconds, issued=self._clock())
+
+    def _ended(self, wait: Wait) -> None:
+        if wait.done and not wait.woken:  # it ran out: the next batch's GIL wait from here
             self._held_until = wait.issued + wait.seconds
 
     def wake(self) -> None:

@@ -30,10 +30,28 @@ except ImportError:  # built without a compiler
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="needs /proc/self/io")
 
-# Emits `rate` events/s for `seconds` while doing pure-Python work between them (the GIL is
-# never given up), then reports the write calls made meanwhile and how long flush() and
-# close() took.
-_BUSY = textwrap.dedent(
+# The busy controller every child script below runs: `rate` events/s for `seconds`, with
+# pure-Python work between them (the GIL is never given up); how many it emitted.
+_CONTROLLER = textwrap.dedent(
+    """
+    import time
+
+    def controller(trace, rate, seconds):
+        start, emitted = time.perf_counter(), 0
+        while (now := time.perf_counter()) < start + seconds:
+            total = 0
+            for i in range(300):  # ~30 us of dict and arithmetic work
+                total += (i * 7) % 13
+            while emitted < (now - start) * rate:
+                trace.emit("tick", seq=emitted)
+                emitted += 1
+        return emitted
+    """
+)
+
+# The busy controller, then the write calls made meanwhile and how long flush() and close()
+# took.
+_BUSY = _CONTROLLER + textwrap.dedent(
     """
     import json, sys, time
     from otel_rollout.trace import RolloutTrace
@@ -46,14 +64,8 @@ _BUSY = textwrap.dedent(
     trace = RolloutTrace(sys.argv[1])
     rate, seconds = float(sys.argv[2]), float(sys.argv[3])
     time.sleep(0.2)
-    before, start, emitted = writes(), time.perf_counter(), 0
-    while (now := time.perf_counter()) < start + seconds:
-        total = 0
-        for i in range(300):  # ~30 us of dict and arithmetic work
-            total += (i * 7) % 13
-        while emitted < (now - start) * rate:
-            trace.emit("tick", seq=emitted)
-            emitted += 1
+    before = writes()
+    emitted = controller(trace, rate, seconds)
     during = writes() - before
     t = time.perf_counter()
     flushed = trace.flush()
@@ -155,7 +167,7 @@ def test_a_controller_waiting_on_io_is_never_held(tmp_path, hog):
 
 # A busy controller whose trace also exports in-process (an exporter of its own), with a
 # one-hour hold: after the busy stretch it sleeps, then counts what the file holds.
-_WITH_EXPORTER = textwrap.dedent(
+_WITH_EXPORTER = _CONTROLLER + textwrap.dedent(
     """
     import sys, time
     from otel_rollout.trace import RolloutTrace
@@ -173,14 +185,7 @@ _WITH_EXPORTER = textwrap.dedent(
 
     trace = RolloutTrace(sys.argv[1], exporters=[Keep()])
     time.sleep(0.2)
-    start, emitted = time.perf_counter(), 0
-    while (now := time.perf_counter()) < start + 0.5:
-        total = 0
-        for i in range(300):
-            total += (i * 7) % 13
-        while emitted < (now - start) * 5000:
-            trace.emit("tick", seq=emitted)
-            emitted += 1
+    emitted = controller(trace, 5000, 0.5)
     time.sleep(1.0)  # the GIL is free: a writer that is not holding catches up
     print(emitted, open(sys.argv[1], "rb").read().count(b'"tick"'), flush=True)
     time.sleep(3600)  # killed by the test before it could close
@@ -406,7 +411,7 @@ def test_a_ticket_is_the_hold_due_and_a_hold_it_ran_out_is_measured_from_its_end
 
 # A busy controller as in _BUSY, counting where the writer's holds were waited: in its
 # writes (one release of the GIL for the write and the hold) or on their own.
-_WHERE = textwrap.dedent(
+_WHERE = _CONTROLLER + textwrap.dedent(
     """
     import json, sys, time
     from otel_rollout.trace import RolloutTrace
@@ -423,14 +428,7 @@ _WHERE = textwrap.dedent(
         wait(asked)
     hold.waited, hold.wait = in_write, alone
     time.sleep(0.2)
-    start, emitted = time.perf_counter(), 0
-    while (now := time.perf_counter()) < start + 1.0:
-        total = 0
-        for i in range(300):
-            total += (i * 7) % 13
-        while emitted < (now - start) * 5000:
-            trace.emit("tick", seq=emitted)
-            emitted += 1
+    emitted = controller(trace, 5000, 1.0)
     trace.close()
     print(json.dumps({**counts, "emitted": emitted}))
     """
