@@ -65,6 +65,9 @@ def _emitters(
         pipeline = trace._pipeline
         assert pipeline is not None and pipeline.caller_encodes  # the log alone: lines queued
         if kind == "writer":
+            # run.start through the line buffer first: a writer thread not yet started when
+            # the buffer is dropped would never take it (the file would start with an event).
+            assert trace.flush()
             pipeline.lines = None  # dicts queued, as with exporters in the process
         if limit:
             pipeline.log.max_event_bytes = limit  # type: ignore[attr-defined]
