@@ -18,7 +18,7 @@ setup(
         Extension(
             "otel_rollout._emit",
             sources=["otel_rollout/_emit.c"],
-            depends=["otel_rollout/_emit_json.h", "otel_rollout/_emit_wait.h"],
+            depends=["otel_rollout/_emit_json.h", "otel_rollout/_emit_wait.h", "otel_rollout/_emit_lines.h"],
             optional=True,
         ),
         Extension(

@@ -8,13 +8,12 @@
  * rename(t, name, fields), and put the event on the queue while qsize() < capacity,
  * or call on_full().
  *
- * Line mode (buffer=LineBuffer(), wake, slow, limit; the pipeline's choice when the
- * log is its only exporter): the event becomes its line at once, appended to the
- * buffer while it holds fewer than capacity lines.  The line is made here from the
- * call's arguments (_emit_json.h: no event dict) for the common values, and by
- * slow(event), the log's own rule in Python, for the rest; the writer thread takes
- * the buffer whole as one bytes.  A writer waiting for a line (buffer.idle) is woken
- * by wake().
+ * Line mode (buffer=LineBuffer(), slow, limit; the pipeline's choice when the log is
+ * its only exporter): the event becomes its line at once, appended to the buffer while
+ * it holds fewer than capacity lines (_emit_lines.h: the buffer wakes a writer waiting
+ * for a line, and the writer takes its lines without the GIL).  The line is made here
+ * from the call's arguments (_emit_json.h: no event dict) for the common values, and
+ * by slow(event), the log's own rule in Python, for the rest.
  *
  * Why: a controller that keeps the GIL busy lost 5-7% of its throughput to the log
  * at 10,000 events/s while the writer thread encoded event dicts made on another core
@@ -32,114 +31,7 @@
 
 #include "_emit_json.h"
 #include "_emit_wait.h"
-
-/* The lines emitted and not yet taken by the writer: appended by emit (and by the trace
- * for its own events), taken whole by the writer as one bytes.  Every access holds the
- * GIL, so the buffer needs no lock of its own.  The lines taken stay counted (taken)
- * until the writer says they are written or lost (written()): emit's room is for the
- * capacity less both, so a write held up by a slow disk does not let memory grow to
- * twice the capacity. */
-typedef struct {
-    PyObject_HEAD
-    Buf buf;
-    Py_ssize_t lines;
-    Py_ssize_t taken; /* lines taken by the writer, not yet written or lost */
-    double first_t; /* when the oldest line not yet taken was emitted */
-    char idle;      /* the writer waits for a line: the next emit wakes it */
-} LineBuffer;
-
-static PyTypeObject LineBufferType;
-
-static PyObject *linebuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
-{
-    if (!PyArg_ParseTuple(args, ":LineBuffer") || !_PyArg_NoKeywords("LineBuffer", kwargs))
-        return NULL;
-    return type->tp_alloc(type, 0);
-}
-
-static void linebuffer_dealloc(LineBuffer *self)
-{
-    PyMem_Free(self->buf.data);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static void linebuffer_added(LineBuffer *self, double t)
-{
-    if (self->lines++ == 0)
-        self->first_t = t;
-}
-
-static PyObject *linebuffer_append(LineBuffer *self, PyObject *args)
-{
-    Py_buffer line;
-    double t;
-    if (!PyArg_ParseTuple(args, "y*d:append", &line, &t))
-        return NULL;
-    int failed = buf_put(&self->buf, line.buf, line.len);
-    PyBuffer_Release(&line);
-    if (failed)
-        return NULL;
-    linebuffer_added(self, t);
-    Py_RETURN_NONE;
-}
-
-static PyObject *linebuffer_take(LineBuffer *self, PyObject *unused)
-{
-    if (self->lines == 0)
-        Py_RETURN_NONE;
-    PyObject *data = PyBytes_FromStringAndSize(self->buf.data, self->buf.len);
-    if (data == NULL)
-        return NULL;
-    /* Emptied before anything else is allocated: an allocation may collect garbage, whose
-     * finalizers may emit, and a line appended then must stay for the next take. */
-    Py_ssize_t lines = self->lines;
-    double first_t = self->first_t;
-    self->buf.len = 0;
-    self->lines = 0;
-    self->taken += lines;
-    if (self->buf.cap > (1 << 22)) { /* a burst's buffer is not kept for good */
-        PyMem_Free(self->buf.data);
-        self->buf.data = NULL;
-        self->buf.cap = 0;
-    }
-    return Py_BuildValue("(Nnd)", data, lines, first_t);
-}
-
-static PyObject *linebuffer_written(LineBuffer *self, PyObject *unused)
-{
-    self->taken = 0;
-    Py_RETURN_NONE;
-}
-
-static PyMethodDef linebuffer_methods[] = {
-    {"written", (PyCFunction)linebuffer_written, METH_NOARGS,
-     "written(): the lines taken are written (or counted lost): room for as many more."},
-    {"append", (PyCFunction)linebuffer_append, METH_VARARGS,
-     "append(line, t): one whole line (ending in a newline), emitted at t."},
-    {"take", (PyCFunction)linebuffer_take, METH_NOARGS,
-     "take() -> (data, lines, first_t) or None: every line so far, the buffer emptied."},
-    {NULL},
-};
-
-static PyMemberDef linebuffer_members[] = {
-    {"lines", T_PYSSIZET, offsetof(LineBuffer, lines), READONLY, "Lines not yet taken."},
-    {"taken", T_PYSSIZET, offsetof(LineBuffer, taken), READONLY,
-     "Lines taken by the writer and not yet written (or lost)."},
-    {"idle", T_BOOL, offsetof(LineBuffer, idle), 0,
-     "Set by the writer before it waits: the next line calls the emitter's wake()."},
-    {NULL},
-};
-
-static PyTypeObject LineBufferType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "otel_rollout._emit.LineBuffer",
-    .tp_basicsize = sizeof(LineBuffer),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "The log's lines emitted and not yet written (see _pipeline.Pipeline).",
-    .tp_new = linebuffer_new,
-    .tp_dealloc = (destructor)linebuffer_dealloc,
-    .tp_methods = linebuffer_methods,
-    .tp_members = linebuffer_members,
-};
+#include "_emit_lines.h"
 
 typedef struct {
     PyObject_HEAD
@@ -153,10 +45,11 @@ typedef struct {
     PyObject *run_id;
     /* The line mode (buffer NULL: event dicts are queued): see emit_line. */
     LineBuffer *buffer;
-    PyObject *wake;
     PyObject *slow;
     PyObject *run_id_json;
     Py_ssize_t limit;
+    Buf line;       /* where emit makes a line before it goes into the buffer */
+    int making;     /* line is in use (an emit from a finalizer that ran meanwhile: not) */
 } Emitter;
 
 static PyObject *key_time, *key_run_id, *key_event; /* interned, made at import */
@@ -223,7 +116,7 @@ static PyObject *emit_line(Emitter *self, PyObject *name, PyObject *const *value
                            PyObject *kwnames)
 {
     LineBuffer *lb = self->buffer;
-    int room = has_room(self, lb->lines + lb->taken);
+    int room = has_room(self, LOAD(lb->lines) + LOAD(lb->taken));
     if (room <= 0)
         return room < 0 ? NULL : PyObject_CallNoArgs(self->on_full);
     PyObject *t = PyObject_CallNoArgs(self->now);
@@ -238,56 +131,62 @@ static PyObject *emit_line(Emitter *self, PyObject *name, PyObject *const *value
     int in_range = isfinite(seconds) && seconds >= 0 && seconds < 8589934592.0;
     long long micros = in_range ? llround(seconds * 1e6) : 0;
     in_range = in_range && (micros == 0 || micros >= 100); /* below 1e-4 s repr has an exponent */
-    int done = in_range ? json_line(&lb->buf, micros, self->run_id_json, name, values, kwnames,
+    double stamp = in_range ? (double)micros / 1e6 : seconds;
+    /* Made in a buffer of the emitter's own, then copied in under the buffer's mutex, so
+     * that no Python code runs under it (an exception made here may collect garbage, whose
+     * finalizers may emit: such an emit makes its line in a buffer of its own). */
+    Buf fresh = {NULL, 0, 0};
+    int mine = !self->making;
+    Buf *made = mine ? &self->line : &fresh;
+    self->making = 1;
+    made->len = 0;
+    int done = in_range ? json_line(made, micros, self->run_id_json, name, values, kwnames,
                                     self->limit)
                         : 0;
-    if (done < 0) {
+    if (done > 0 && lines_put(lb, made->data, made->len, stamp) < 0)
+        done = -1;
+    if (mine) {
+        self->making = 0;
+        if (self->line.cap > (1 << 20)) { /* a huge line's buffer is not kept */
+            PyMem_RawFree(self->line.data);
+            self->line = (Buf){NULL, 0, 0};
+        }
+    }
+    else
+        PyMem_RawFree(fresh.data);
+    if (done != 0) {
         Py_DECREF(t);
+        return done < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    /* The log's rule, in Python. */
+    if (PyErr_Occurred()) { /* a string or number this writer does not take */
+        if (!PyErr_ExceptionMatches(PyExc_Exception) || PyErr_ExceptionMatches(PyExc_MemoryError)) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyErr_Clear();
+    }
+    if (in_range)
+        Py_SETREF(t, PyFloat_FromDouble(stamp));
+    if (t == NULL)
+        return NULL;
+    PyObject *event = event_dict(self, t, name, values, kwnames);
+    Py_DECREF(t);
+    if (event == NULL)
+        return NULL;
+    PyObject *line = PyObject_CallOneArg(self->slow, event);
+    Py_DECREF(event);
+    if (line == NULL)
+        return NULL;
+    if (!PyBytes_Check(line)) {
+        Py_DECREF(line);
+        PyErr_SetString(PyExc_TypeError, "emit: the log's rule made no bytes");
         return NULL;
     }
-    double stamp = in_range ? (double)micros / 1e6 : seconds;
-    if (done == 0) { /* the log's rule, in Python */
-        if (PyErr_Occurred()) { /* a string or number this writer does not take */
-            if (!PyErr_ExceptionMatches(PyExc_Exception) || PyErr_ExceptionMatches(PyExc_MemoryError)) {
-                Py_DECREF(t);
-                return NULL;
-            }
-            PyErr_Clear();
-        }
-        if (in_range)
-            Py_SETREF(t, PyFloat_FromDouble(stamp));
-        if (t == NULL)
-            return NULL;
-        PyObject *event = event_dict(self, t, name, values, kwnames);
-        if (event == NULL) {
-            Py_DECREF(t);
-            return NULL;
-        }
-        PyObject *line = PyObject_CallOneArg(self->slow, event);
-        Py_DECREF(event);
-        if (line == NULL) {
-            Py_DECREF(t);
-            return NULL;
-        }
-        if (!PyBytes_Check(line)) {
-            Py_DECREF(line);
-            Py_DECREF(t);
-            PyErr_SetString(PyExc_TypeError, "emit: the log's rule made no bytes");
-            return NULL;
-        }
-        int failed = buf_put(&lb->buf, PyBytes_AS_STRING(line), PyBytes_GET_SIZE(line));
-        Py_DECREF(line);
-        if (failed) {
-            Py_DECREF(t);
-            return NULL;
-        }
-    }
-    Py_DECREF(t);
-    linebuffer_added(lb, stamp);
-    if (lb->idle) {
-        lb->idle = 0;
-        return PyObject_CallNoArgs(self->wake);
-    }
+    int failed = lines_put(lb, PyBytes_AS_STRING(line), PyBytes_GET_SIZE(line), stamp);
+    Py_DECREF(line);
+    if (failed)
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -334,27 +233,27 @@ static PyObject *emitter_call(PyObject *callable, PyObject *const *args, size_t 
 static PyObject *emitter_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *names[] = {"put", "qsize", "capacity", "now", "on_full", "rename", "run_id",
-                            "buffer", "wake", "slow", "limit", NULL};
+                            "buffer", "slow", "limit", NULL};
     PyObject *put, *qsize, *capacity, *now, *on_full, *rename, *run_id;
-    PyObject *buffer = Py_None, *wake = Py_None, *slow = Py_None;
+    PyObject *buffer = Py_None, *slow = Py_None;
     Py_ssize_t limit = PY_SSIZE_T_MAX;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOO|$OOOn:Emitter", names, &put, &qsize,
-                                     &capacity, &now, &on_full, &rename, &run_id, &buffer, &wake,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOO|$OOn:Emitter", names, &put, &qsize,
+                                     &capacity, &now, &on_full, &rename, &run_id, &buffer,
                                      &slow, &limit))
         return NULL;
     PyObject *run_id_json = NULL;
     if (buffer != Py_None) {
-        if (!PyObject_TypeCheck(buffer, &LineBufferType) || !PyCallable_Check(wake)
-            || !PyCallable_Check(slow) || !PyUnicode_CheckExact(run_id)) {
+        if (!PyObject_TypeCheck(buffer, &LineBufferType) || !PyCallable_Check(slow)
+            || !PyUnicode_CheckExact(run_id)) {
             PyErr_SetString(PyExc_TypeError,
-                            "Emitter: a LineBuffer comes with callables wake and slow, and a str run_id");
+                            "Emitter: a LineBuffer comes with a callable slow and a str run_id");
             return NULL;
         }
         Buf b = {NULL, 0, 0};
         int done = put_string(&b, run_id, PY_SSIZE_T_MAX);
         if (done > 0)
             run_id_json = PyBytes_FromStringAndSize(b.data, b.len);
-        PyMem_Free(b.data);
+        PyMem_RawFree(b.data);
         if (run_id_json == NULL) {
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_ValueError, "Emitter: a run_id JSON cannot hold");
@@ -376,7 +275,6 @@ static PyObject *emitter_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     self->run_id = Py_NewRef(run_id);
     if (buffer != Py_None) {
         self->buffer = (LineBuffer *)Py_NewRef(buffer);
-        self->wake = Py_NewRef(wake);
         self->slow = Py_NewRef(slow);
         self->run_id_json = run_id_json;
     }
@@ -394,7 +292,6 @@ static int emitter_traverse(Emitter *self, visitproc visit, void *arg)
     Py_VISIT(self->rename);
     Py_VISIT(self->run_id);
     Py_VISIT(self->buffer);
-    Py_VISIT(self->wake);
     Py_VISIT(self->slow);
     return 0;
 }
@@ -409,7 +306,6 @@ static int emitter_clear(Emitter *self)
     Py_CLEAR(self->rename);
     Py_CLEAR(self->run_id);
     Py_CLEAR(self->buffer);
-    Py_CLEAR(self->wake);
     Py_CLEAR(self->slow);
     Py_CLEAR(self->run_id_json);
     return 0;
@@ -419,6 +315,7 @@ static void emitter_dealloc(Emitter *self)
 {
     PyObject_GC_UnTrack(self);
     emitter_clear(self);
+    PyMem_RawFree(self->line.data);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -446,15 +343,15 @@ static PyTypeObject EmitterType = {
 };
 
 static PyMethodDef module_methods[] = {
-    {"write_then_wait", (PyCFunction)write_then_wait, METH_VARARGS,
-     "write_then_wait(fd, data, waker, seconds) -> (written, errno, deleted, woken): the"
-     " writer's write and its hold, in one release of the GIL (_emit_wait.h)."},
+    {"write_whole", (PyCFunction)write_whole, METH_VARARGS,
+     "write_whole(fd, data) -> (written, errno, deleted): all of data written, unless the"
+     " file was deleted, in one release of the GIL (_emit_lines.h)."},
     {NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "otel_rollout._emit",
-    "The caller's emit in C (see _pipeline.Pipeline.make_emit), and the writer's waits.", -1,
+    "The caller's emit in C (see _pipeline.Pipeline.make_emit), its line buffer and the writer's waits.", -1,
     module_methods,
 };
 
@@ -465,6 +362,8 @@ PyMODINIT_FUNC PyInit__emit(void)
     key_event = PyUnicode_InternFromString("event");
     if (key_time == NULL || key_run_id == NULL || key_event == NULL)
         return NULL;
+    if (pthread_atfork(NULL, NULL, count_fork) != 0)
+        return PyErr_Format(PyExc_OSError, "otel_rollout._emit: pthread_atfork failed");
     if (PyType_Ready(&EmitterType) < 0 || PyType_Ready(&LineBufferType) < 0
         || PyType_Ready(&WakerType) < 0)
         return NULL;
@@ -473,7 +372,11 @@ PyMODINIT_FUNC PyInit__emit(void)
         return NULL;
     if (PyModule_AddObjectRef(m, "Emitter", (PyObject *)&EmitterType) < 0
         || PyModule_AddObjectRef(m, "LineBuffer", (PyObject *)&LineBufferType) < 0
-        || PyModule_AddObjectRef(m, "Waker", (PyObject *)&WakerType) < 0) {
+        || PyModule_AddObjectRef(m, "Waker", (PyObject *)&WakerType) < 0
+        || PyModule_AddIntConstant(m, "DRAIN_ASKED", DRAIN_ASKED) < 0
+        || PyModule_AddIntConstant(m, "DRAIN_REPORT", DRAIN_REPORT) < 0
+        || PyModule_AddIntConstant(m, "DRAIN_URGENT", DRAIN_URGENT) < 0
+        || PyModule_AddIntConstant(m, "DRAIN_FAILED", DRAIN_FAILED) < 0) {
         Py_DECREF(m);
         return NULL;
     }

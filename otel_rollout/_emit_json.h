@@ -16,25 +16,32 @@ typedef struct {
     Py_ssize_t len, cap;
 } Buf;
 
-static int buf_grow(Buf *b, Py_ssize_t need)
+/* Room for need more bytes: 0, or -1 with no error set (no Python object made: a caller
+ * holding the line buffer's mutex sets it once that is released). */
+static int buf_reserve(Buf *b, Py_ssize_t need)
 {
     if (b->len + need <= b->cap)
         return 0;
     Py_ssize_t cap = b->cap ? b->cap : 1 << 16;
     while (cap < b->len + need) {
-        if (cap > PY_SSIZE_T_MAX / 2) {
-            PyErr_NoMemory();
+        if (cap > PY_SSIZE_T_MAX / 2)
             return -1;
-        }
         cap *= 2;
     }
-    char *data = PyMem_Realloc(b->data, cap);
-    if (data == NULL) {
+    char *data = PyMem_RawRealloc(b->data, cap); /* (raw: freed without the GIL too) */
+    if (data == NULL)
+        return -1;
+    b->data = data;
+    b->cap = cap;
+    return 0;
+}
+
+static int buf_grow(Buf *b, Py_ssize_t need)
+{
+    if (buf_reserve(b, need) < 0) {
         PyErr_NoMemory();
         return -1;
     }
-    b->data = data;
-    b->cap = cap;
     return 0;
 }
 

@@ -1,26 +1,16 @@
-/* The writer's waits, and its write and hold in one release of the GIL (included by
- * _emit.c; see _hold.py).
+/* The writer's hold: a wait that another thread ends (included by _emit.c; see _hold.py).
  *
  * Waker() is the hold's wake-up: wait(timeout=None) -> bool blocks without the GIL until
  * wake() or the timeout (True if woken; the wake is spent), and clear() spends a wake
  * left over.  wake() takes only the waker's own mutex, which is never held while Python
- * code runs, so an emit, a flush on any thread and a signal handler may all call it.
- * Wakes do not count: several before a wait end that one wait.
- *
- * write_then_wait(fd, data, waker, seconds) -> (written, errno, deleted, woken) writes
- * data to fd unless the file was deleted (fstat says no links: nothing written), and
- * after a whole write waits on waker (None: no wait) for up to seconds, all in one
- * release of the GIL.
+ * code runs, so a flush on any thread and a signal handler may call it.  Wakes do not
+ * count: several before a wait end that one wait.
  *
  * After fork, a child's Waker from its parent is left alone: its wake does nothing (the
  * parent's writer, its only waiter, is not there, and may have held its mutex at the
  * fork) and it is freed without pthread_cond_destroy (which would wait for that waiter).
  *
- * Why: while a controller keeps the GIL busy, every time the writer thread takes the
- * GIL back costs it a forced switch (two wake-ups across cores: ~0.3 ms of its time on
- * this VM, bench/README.md).  The writer took it back three times a batch: after its
- * hold, after os.fstat (is the log deleted?) and after os.write.  Here the check and
- * the write go with the hold that follows them: once a batch.
+ * cond_make and deadline_at serve the line buffer's waits too (_emit_lines.h).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -40,6 +30,23 @@ typedef struct {
 
 static PyTypeObject WakerType;
 
+/* A cond that waits on CLOCK_MONOTONIC where it can (*monotonic says), else the wall
+ * clock; 0, or the error. */
+static int cond_make(pthread_cond_t *cond, int *monotonic)
+{
+    pthread_condattr_t attr;
+    int failed = pthread_condattr_init(&attr);
+    if (failed)
+        return failed;
+    *monotonic = 0;
+#if defined(CLOCK_MONOTONIC) && !defined(__APPLE__)
+    *monotonic = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) == 0;
+#endif
+    failed = pthread_cond_init(cond, &attr);
+    pthread_condattr_destroy(&attr);
+    return failed;
+}
+
 static PyObject *waker_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     if (!PyArg_ParseTuple(args, ":Waker") || !_PyArg_NoKeywords("Waker", kwargs))
@@ -47,22 +54,9 @@ static PyObject *waker_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     Waker *self = (Waker *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
-    pthread_condattr_t attr;
-    int failed = pthread_condattr_init(&attr);
-    if (failed) {
-        Py_DECREF(self);
-        errno = failed;
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-#if defined(CLOCK_MONOTONIC) && !defined(__APPLE__)
-    self->monotonic = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) == 0;
-#endif
-    if ((failed = pthread_mutex_init(&self->mutex, NULL)) == 0) {
-        failed = pthread_cond_init(&self->cond, &attr);
-        if (failed)
-            pthread_mutex_destroy(&self->mutex);
-    }
-    pthread_condattr_destroy(&attr);
+    int failed = pthread_mutex_init(&self->mutex, NULL);
+    if (!failed && (failed = cond_make(&self->cond, &self->monotonic)) != 0)
+        pthread_mutex_destroy(&self->mutex);
     if (failed) {
         Py_DECREF(self);
         errno = failed;
@@ -82,12 +76,12 @@ static void waker_dealloc(Waker *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* The deadline seconds from now on the cond's clock. */
-static struct timespec deadline_in(Waker *self, double seconds)
+/* The deadline seconds from now on a cond's clock (monotonic, or the wall clock). */
+static struct timespec deadline_at(int monotonic, double seconds)
 {
     struct timespec at;
 #if defined(CLOCK_MONOTONIC)
-    clock_gettime(self->monotonic ? CLOCK_MONOTONIC : CLOCK_REALTIME, &at);
+    clock_gettime(monotonic ? CLOCK_MONOTONIC : CLOCK_REALTIME, &at);
 #else
     clock_gettime(CLOCK_REALTIME, &at);
 #endif
@@ -114,7 +108,7 @@ static int waker_wait_nogil(Waker *self, double seconds)
             pthread_cond_wait(&self->cond, &self->mutex);
     }
     else if (seconds > 0) {
-        struct timespec at = deadline_in(self, seconds);
+        struct timespec at = deadline_at(self->monotonic, seconds);
         while (!self->woken)
             if (pthread_cond_timedwait(&self->cond, &self->mutex, &at) != 0)
                 break; /* timed out (or a deadline it will not take: no wait for good) */
@@ -181,42 +175,3 @@ static PyTypeObject WakerType = {
     .tp_dealloc = (destructor)waker_dealloc,
     .tp_methods = waker_methods,
 };
-
-static PyObject *write_then_wait(PyObject *module, PyObject *args)
-{
-    int fd;
-    Py_buffer data;
-    PyObject *waker;
-    double seconds;
-    if (!PyArg_ParseTuple(args, "iy*Od:write_then_wait", &fd, &data, &waker, &seconds))
-        return NULL;
-    if (waker != Py_None && !PyObject_TypeCheck(waker, &WakerType)) {
-        PyBuffer_Release(&data);
-        PyErr_SetString(PyExc_TypeError, "write_then_wait: waker is a Waker or None");
-        return NULL;
-    }
-    Py_ssize_t done = 0;
-    int error = 0, deleted = 0, woken = 0;
-    Py_BEGIN_ALLOW_THREADS
-    struct stat st;
-    if (fstat(fd, &st) != 0)
-        error = errno;
-    else if (st.st_nlink == 0)
-        deleted = 1;
-    else
-        while (done < data.len) {
-            ssize_t n = write(fd, (const char *)data.buf + done, (size_t)(data.len - done));
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0) { /* (a write of nothing would loop here for good) */
-                error = n < 0 ? errno : EIO;
-                break;
-            }
-            done += n;
-        }
-    if (!error && !deleted && waker != Py_None)
-        woken = waker_wait_nogil((Waker *)waker, seconds < 0 || seconds != seconds ? 0 : seconds);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&data);
-    return Py_BuildValue("(niiN)", done, error, deleted, PyBool_FromLong(woken));
-}

@@ -1,4 +1,12 @@
-"""When the writer thread waits between writes: only while the controller keeps the GIL busy.
+"""When the writer thread waits between writes on its Python path: only while the
+controller keeps the GIL busy.
+
+In line mode (the log alone, the compiled emit) the writer writes the lines without
+the GIL (``JsonlExporter.drain``, ``_emit_lines.h``) and takes it only to hand back,
+a few times a second: no hold is needed there.  This policy serves the writer's
+Python path: built without a compiler or in a forked child (event dicts queued),
+and a log that cannot drain for now (a sync after every write, a line cut by a
+failed write).
 
 A controller that waits on I/O leaves the GIL free, and the writer takes an event
 ~0.1 ms after it was queued.  One that keeps the GIL busy hands it over only when
@@ -9,22 +17,16 @@ wakes a second took 5-7% of its throughput at 1,000 and 10,000 events/s
 ``config.WRITER_HOLD`` seconds between writes (:meth:`Hold.wait`), and takes the
 GIL ~18 times a second instead.  ``flush()`` and ``close()`` end a hold at once
 (:meth:`Hold.wake`).
-
-Each time the writer takes the GIL back from such a controller is a forced switch,
-so a batch of lines and the hold after it go in one release of the GIL where they
-can (:meth:`Hold.ticket`, ``JsonlExporter.export(hold=...)``, ``_emit_wait.h``): the
-writer takes the GIL once a batch, not three times.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from queue import Empty, SimpleQueue
 from typing import Any
 
-__all__ = ["BUSY_LAG", "BUSY_SHARE", "Hold", "PyWaker", "Wait", "Waker", "others_cpu"]
+__all__ = ["BUSY_LAG", "BUSY_SHARE", "Hold", "PyWaker", "Waker", "others_cpu"]
 
 #: Seconds the writer waited (for the oldest event's turn, or for the GIL after a hold)
 #: past which it counts the GIL as busy, if this process also used :data:`BUSY_SHARE` of a
@@ -78,28 +80,13 @@ try:
 except ImportError:  # no compiler at install time
     _CWaker = None
 
-#: The compiled waker where built (its wait and a write share a release of the GIL).
+#: The compiled waker where built (its wait gives the GIL up in C).
 Waker: Any = _CWaker if _CWaker is not None else PyWaker
-
-
-@dataclass
-class Wait:
-    """A hold to wait in the batch's own write (``JsonlExporter.export(hold=...)``, after a
-    whole write, in the same release of the GIL), and what came of it."""
-
-    waker: Any
-    seconds: float
-    #: When it was handed out, on the hold's clock: the hold runs out ``seconds`` later.
-    issued: float = 0.0
-    #: Waited: the write was whole (else the writer holds on its own, if still due).
-    done: bool = False
-    woken: bool = False
 
 
 class Hold:
     """The writer's hold policy: call :meth:`taken` with each batch's oldest item; once it
-    is written, hold with :meth:`wait` while :meth:`due` (or hand the log's write the
-    :meth:`ticket` to wait it in, then :meth:`waited`).
+    is written, hold with :meth:`wait` while :meth:`due`.
 
     ``seconds`` 0 turns holding off.  The clocks are parameters so that tests can
     drive them: ``now`` is the clock events are stamped with, ``clock`` a monotonic
@@ -156,42 +143,13 @@ class Hold:
         """Hold ``seconds``, or less if :meth:`wake` is called; not at all if ``asked()``
         (a flush or close is already queued: asked after the old wakes are spent, so that
         one queued meanwhile still finds its wake)."""
-        wait = self._arm(asked)
-        if wait is not None:
-            wait.woken, wait.done = self._waker.wait(self.seconds), True
-            self._ended(wait)
-
-    def ticket(self, asked: Callable[[], bool]) -> Wait | None:
-        """The hold :meth:`due` after the batch just taken, to wait in its write (see
-        :class:`Wait`); None if none is due or ``asked()``, as :meth:`wait` would not hold."""
-        return self._arm(asked) if self.due() else None
-
-    def waited(self, wait: Wait) -> None:
-        """The write waited ``wait``: if the hold ran out, note when it was to end, as
-        :meth:`wait` does (the next batch's wait for the GIL is measured from there; the
-        write before the hold, a few microseconds, counts in it)."""
-        self._ended(wait)
-
-    def _arm(self, asked: Callable[[], bool]) -> Wait | None:
-        """A hold starting now, the wakes left by flushes already done spent; None if
-        ``asked()``."""
         self._waker.clear()
-        return None if asked() else Wait(self._waker, self.seconds, issued=self._clock())
-
-    def _ended(self, wait: Wait) -> None:
-        if wait.done and not wait.woken:  # it ran out: the next batch's GIL wait from here
-            self._held_until = wait.issued + wait.seconds
+        if asked():
+            return
+        start = self._clock()
+        if not self._waker.wait(self.seconds):  # it ran out: the next GIL wait from its end
+            self._held_until = start + self.seconds
 
     def wake(self) -> None:
         """End a hold now (a flush or close was queued); safe from a signal handler."""
         self._waker.wake()
-
-    def waker(self) -> Callable[[], None]:
-        """:meth:`wake` for the compiled emit (built with the compiled waker): a C method,
-        which runs no Python code, so no signal or exception can cut it short."""
-        return self._waker.wake
-
-    def idle(self) -> None:
-        """Wait for a wake: a line for a writer that has none (line mode), a flush, a close.
-        A wake left over from an earlier flush ends it at once: the writer looks again."""
-        self._waker.wait()

@@ -35,7 +35,7 @@ from typing import Any
 import orjson
 
 from ._flag import Flag
-from ._hold import Hold, Wait
+from ._hold import Hold
 from .exporters import CountingExporter, EventExporter, JsonlExporter, LogExporter
 
 # The caller's emit in C wherever built (_emit.c: the same events and lines, and for the
@@ -50,6 +50,14 @@ _log = logging.getLogger("otel_rollout")
 
 RESERVED = ("t", "run_id", "event")
 _STOP = object()
+#: Seconds the writer's drain lets lines gather after a write (no GIL is taken meanwhile):
+#: the most a ``kill -9`` loses, past the write itself, while lines keep coming.  Each
+#: write and timed wait costs the writer ~0.1 ms of the other core on this VM.
+GATHER = 0.002
+#: Seconds of writing after which the drain hands back to Python: the pipeline's counts,
+#: drops reported in the file and the log's syncer are that late at most.  Each hand-back
+#: takes the GIL from a busy controller once (~0.5 ms of its time here).
+REPORT_AFTER = 0.25
 
 Emit = Callable[..., None]
 
@@ -71,7 +79,7 @@ class PipelineStats:
     renamed_fields: int = 0
     exporter_errors: int = 0
     #: Events not yet counted written or lost when these stats were read: waiting, or being
-    #: written (a batch written in the same call as the hold after it counts once that ends).
+    #: written.
     queued: int = 0
     spans_made: int = 0
     spans_sent: int = 0
@@ -148,6 +156,7 @@ class Pipeline:
         #: buffer is built (without C, the closure queues dicts: it is cheaper).
         alone = exporters is None and not self.exporters and isinstance(self.log, JsonlExporter)
         self.lines = _LineBuffer() if alone and _LineBuffer is not None else None
+        self._writers_lines = self.lines  # the buffer the writer thread waits on
         self._thread = threading.Thread(
             target=self._run, args=(exporters,), name="otel-rollout-writer", daemon=True
         )
@@ -177,7 +186,6 @@ class Pipeline:
                 rename=self._rename_reserved,
                 run_id=self.run_id,
                 buffer=lines,
-                wake=self._hold.waker() if lines is not None else None,
                 slow=self._encode_line if lines is not None else None,
                 limit=min(limit, sys.maxsize),
             )
@@ -231,21 +239,22 @@ class Pipeline:
             self._append_line(self.lines, self._encode_line(event), event["t"])
 
     def _append_line(self, lines: Any, line: bytes, t: float) -> None:
-        """Append a line made in Python to ``lines``, as the compiled emit does."""
+        """Append a line made in Python to ``lines``, as the compiled emit does (a writer
+        waiting for a line is woken)."""
         lines.append(line, t)
-        if lines.idle:
-            lines.idle = False
-            self._hold.wake()
 
     def snapshot(self) -> PipelineStats:
         """The pipeline's counts with the exporters' own added, as of now."""
+        lines = self._writers_lines
         stats = replace(
             self.stats,
             other={},
             # The queue's events: less the flush markers and the stop sentinel still in it.
             queued=max(self._queue.qsize() - (self._markers_put - self._markers_taken), 0)
             # ...and the lines emitted, taken by the writer or not, not yet written or lost.
-            + (self.lines.lines + self.lines.taken if self.lines is not None else 0),
+            + (lines.lines + lines.taken if lines is not None else 0),
+            # (with those the writer's drain wrote, counted by the line buffer)
+            written=self.stats.written + (lines.drained if lines is not None else 0),
             renamed_fields=self.stats.renamed_fields + self._unnamed,
         )
         for exporter in (self.log, *self.exporters):
@@ -272,7 +281,7 @@ class Pipeline:
         with self._lock:
             self._markers_put += 1
         self._queue.put(done)
-        self._hold.wake()
+        self._wake_writer()
         deadline = None if timeout is None else time.monotonic() + timeout
         while not done.wait(0.05):
             if not self._thread.is_alive():
@@ -301,7 +310,7 @@ class Pipeline:
             # Leave the writer a tenth of the time to count what a failing log could not take.
             self._give_up_at = time.monotonic() + 0.9 * timeout
             self._queue.put(_STOP)
-            self._hold.wake()
+            self._wake_writer()
         self._thread.join(timeout)
         if self._thread.is_alive():
             _log.warning(
@@ -311,6 +320,13 @@ class Pipeline:
             )
             return False
         return True
+
+    def _wake_writer(self) -> None:
+        """End the writer's hold, wait or drain: a flush or close is queued.  No lock is
+        taken that Python code may hold, so a signal handler may call it."""
+        self._hold.wake()
+        if self._writers_lines is not None:
+            self._writers_lines.interrupt()
 
     def restart_in_child(
         self, run_id: str, exporters: Callable[[], Sequence[EventExporter]]
@@ -347,33 +363,26 @@ class Pipeline:
                 items = [get() for _ in range(min(waiting, max_batch))]
             elif lines is None:
                 items = [get()]
-            elif lines.lines or not self._wait_for_a_line(lines):
+            elif self._drains():
+                self._drain(lines)
+                continue
+            elif lines.lines:
                 items = []
             else:
-                hold.idle()  # until a line, a flush or a close wakes it: then look again
+                lines.wait()  # until a line, a flush or a close comes: then look again
                 continue
-            ticket = None
             try:
                 # The lines after the markers taken: every line emitted before a flush is in it.
                 chunk = lines.take() if lines is not None else None
                 if chunk is None and not items:
                     continue
                 hold.taken(chunk[2] if chunk is not None else _emitted_at(items[0]))
-                # Lines alone (no marker to answer after the write), to the log's own export:
-                # the hold due after them is waited in their write, in one release of the GIL.
-                # (A burst during that write waits with the rest: the capacity, 262,144 lines
-                # by default, is a 50 ms hold of 5 million events a second.)
-                if lines is not None and not items and self._holds_in_export():
-                    ticket = hold.ticket(asked)
-                stopping = self._process(items, chunk, ticket)
+                stopping = self._process(items, chunk)
             except Exception:  # never let the writer die: the controller relies on it
-                _log.exception("otel-rollout: internal error in the writer thread")
+                self._lost_on_the_way(lines)
             finally:
                 if lines is not None:
                     lines.written()  # (already, unless the batch failed on the way)
-            if ticket is not None and ticket.done:
-                hold.waited(ticket)
-                continue
             # Only a writer of the log alone holds: with exporters in this process (spans
             # made in-process, ~50 us an event) the writer's own work is what keeps the
             # GIL busy, and holding only delayed the log (bench/faults.py, in-process
@@ -387,21 +396,46 @@ class Pipeline:
         finally:
             self._shut_down_exporters()
 
-    def _holds_in_export(self) -> bool:
-        """Whether the log's ``export`` is :class:`JsonlExporter`'s own, which waits a hold
-        in its write (not one replaced, on a subclass or by a test)."""
-        return getattr(self.log.export, "__func__", None) is JsonlExporter.export
+    def _lost_on_the_way(self, lines: Any) -> None:
+        """A batch failed on the writer's thread (out of memory, say): logged, and the lines
+        it had taken and not yet counted written are counted lost."""
+        _log.exception("otel-rollout: internal error in the writer thread")
+        if lines is not None:
+            self.stats.dropped_write_error += lines.taken
 
-    def _wait_for_a_line(self, lines: Any) -> bool:
-        """Ask the next line's emit to wake the writer; False if a line or a marker came
-        meanwhile (the writer then takes it rather than wait).  The GIL orders the two: an
-        emit either appended before ``idle`` was set, and is seen here, or sees ``idle`` and
-        wakes."""
-        lines.idle = True
-        if lines.lines or self._queue.qsize():
-            lines.idle = False
-            return False
-        return True
+    def _drains(self) -> bool:
+        """Whether the writer writes the line buffer without the GIL, in the log's own
+        :meth:`JsonlExporter.drain`: while the log can, and while its ``export`` and
+        ``drain`` are :class:`JsonlExporter`'s own (not replaced, on a subclass or by a
+        test: the lines would not reach the replacement)."""
+        log = self.log
+        return (
+            getattr(getattr(log, "drain", None), "__func__", None) is JsonlExporter.drain
+            and getattr(log.export, "__func__", None) is JsonlExporter.export
+            and log.can_drain()  # type: ignore[attr-defined]
+        )
+
+    def _drain(self, lines: Any) -> None:
+        """The writer's steady state in line mode: the log writes lines as they come without
+        the GIL, and hands back here to count them (drops too), to export a batch it could
+        not write, or to answer a flush or close (queued: the loop takes it next)."""
+        try:
+            whole, rest = self.log.drain(lines, GATHER, REPORT_AFTER)  # type: ignore[attr-defined]
+            self.stats.written += whole
+            if rest is not None:
+                self._process([], rest)
+            elif self.stats.dropped_queue_full != self._drops_reported or self._drops_carried:
+                # Their trace.dropped line, after the lines emitted before it (its time is
+                # the last one's): drops come when the buffer is full.
+                chunk = lines.take()
+                if chunk is None:
+                    self._export([])
+                else:
+                    self._export([chunk[0]], chunk[1] - 1)
+        except Exception:  # never let the writer die: the controller relies on it
+            self._lost_on_the_way(lines)
+        finally:
+            lines.written()
 
     def _shut_down_exporters(self) -> None:
         """The log first (it only syncs and closes a file); then the others, which may wait
@@ -423,17 +457,15 @@ class Pipeline:
         self,
         items: list[Any],
         chunk: tuple[bytes, int, float] | None = None,
-        hold: Wait | None = None,
     ) -> bool:
         """Export the events among ``items`` and the ``chunk`` of lines taken with them
         (its data, its number of lines, when its first was emitted), then release flush
-        waiters; True on stop.  ``hold``: the writer's hold, for the log's write of
-        ``items`` free of markers."""
+        waiters; True on stop."""
         if self._markers_put == self._markers_taken:  # none queued: items are all events
             if chunk is not None:
                 items.append(chunk[0])
             if items:
-                self._export(items, chunk[1] - 1 if chunk is not None else 0, hold)
+                self._export(items, chunk[1] - 1 if chunk is not None else 0)
             return False
         events, waiters, stopping = [], [], False
         for item in items:
@@ -502,10 +534,9 @@ class Pipeline:
             event[key] = value
         return event
 
-    def _export(self, events: list[Any], more_lines: int = 0, hold: Wait | None = None) -> None:
+    def _export(self, events: list[Any], more_lines: int = 0) -> None:
         """Export a batch of events: dicts, or the lines the caller's thread made of them
-        (an item of the lines taken from the buffer holds ``more_lines + 1`` of them);
-        the log's first write waits ``hold`` after it."""
+        (an item of the lines taken from the buffer holds ``more_lines + 1`` of them)."""
         if not self.caller_encodes:  # (its lines' names were made text already)
             for event in events:  # ~30 ns an event, here rather than on the caller's thread
                 if event.__class__ is dict and event["event"].__class__ is not str:
@@ -522,7 +553,7 @@ class Pipeline:
             events.append(
                 {"t": t, "run_id": self.run_id, "event": "trace.dropped", "count": drops}
             )
-        lost = self._export_to_log(events, ours + bool(drops), hold)
+        lost = self._export_to_log(events, ours + bool(drops))
         if lost:
             # The drop report is the batch's last line, so it is the first one lost.
             lost_ours = max(lost - 1, 0) if drops else lost
@@ -535,11 +566,10 @@ class Pipeline:
         for exporter in self.exporters:
             self._call(exporter, events)
 
-    def _export_to_log(self, events: list[Any], total: int, hold: Wait | None = None) -> int:
+    def _export_to_log(self, events: list[Any], total: int) -> int:
         """Write ``events`` (``total`` lines) to the log, retrying the unwritten tail while
         its fault may pass (a full disk, a file made unwritable); how many of the last lines
-        it could not take.  The first write waits ``hold`` after it (the log alone: a
-        :class:`JsonlExporter`).
+        it could not take.
 
         While this waits, the caller's queue fills and ``emit`` drops and counts events:
         memory stays bounded and the controller never waits.  ``close`` ends the waiting.
@@ -547,8 +577,7 @@ class Pipeline:
         log = self.log
         pending, delay = events, 0.01
         while True:
-            lost = min(self._call(log, pending, total, hold), total)
-            hold = None
+            lost = min(self._call(log, pending, total), total)
             if not lost or not log.retryable:
                 return lost
             pending, total = _last_lines(pending, lost), lost
@@ -565,13 +594,10 @@ class Pipeline:
         exporter: EventExporter,
         events: list[Any],
         size: int | None = None,
-        hold: Wait | None = None,
     ) -> int:
-        """Hand ``events`` to ``exporter`` (with the writer's ``hold``, the log); what it lost
-        (all ``size`` of them, or every event, if it raised)."""
+        """Hand ``events`` to ``exporter``; what it lost (all ``size`` of them, or every
+        event, if it raised)."""
         try:
-            if hold is not None:  # the log alone: a JsonlExporter
-                return exporter.export(events, hold=hold)  # type: ignore[call-arg]
             lost = exporter.export(events)
         except Exception:
             self.stats.exporter_errors += 1

@@ -174,7 +174,8 @@ WRITER_HOLD: Setting[float] = Setting(
     "OTEL_ROLLOUT_WRITER_HOLD",
     0.05,
     _seconds,
-    "Seconds the writer lets events gather between writes while the controller keeps the GIL "
+    "On the writer's Python path (no compiled piece, a forked child, a sync after every "
+    "write): seconds it lets events gather between writes while the controller keeps the GIL "
     "busy (two batches in a row waited over 2 ms for the writer while the other threads used "
     "half a core or more; never with exporters in the process), taking the GIL less often; "
     "0: never.",

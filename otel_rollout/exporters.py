@@ -20,7 +20,7 @@ import stat
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
@@ -28,14 +28,11 @@ from . import config
 from ._syncer import Syncer
 from .constants import MOST_DIGITS, ROLLOUT_TRACE_FILENAME
 
-if TYPE_CHECKING:
-    from ._hold import Wait
-
-try:  # the write and the writer's hold after it, in one release of the GIL
-    from ._emit import Waker as _CWaker
-    from ._emit import write_then_wait as _write_then_wait
+try:  # the deleted-file check and the write, in one release of the GIL
+    from ._emit import DRAIN_FAILED as _DRAIN_FAILED
+    from ._emit import write_whole as _write_whole
 except ImportError:  # no compiler at install time: _write below does the same in steps
-    _CWaker = _write_then_wait = None
+    _write_whole, _DRAIN_FAILED = None, None
 
 __all__ = [
     "COUNTS",
@@ -224,18 +221,12 @@ def _plain(value: Any) -> Any:
     return str(text).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def _write(fd: int, data: bytes, hold: Wait | None) -> tuple[int, OSError | None, bool]:
+def _write(fd: int, data: bytes) -> tuple[int, OSError | None, bool]:
     """Write ``data`` to ``fd`` unless its file was deleted (no links: nothing written);
     the bytes written, the error that stopped it, and whether it was deleted.  In C, the
-    check and the write give the GIL up once, and after a whole write ``hold`` is waited
-    before it is taken back."""
-    if _write_then_wait is not None:  # (os.fstat and os.write would each give the GIL up)
-        if hold is not None and hold.waker.__class__ is not _CWaker:
-            hold = None  # (a waker of Python's own is waited by the writer)
-        waker, seconds = (hold.waker, hold.seconds) if hold is not None else (None, 0.0)
-        done, errno, deleted, woken = _write_then_wait(fd, data, waker, seconds)
-        if hold is not None and not errno and not deleted:
-            hold.done, hold.woken = True, woken
+    check and the write give the GIL up once."""
+    if _write_whole is not None:  # (os.fstat and os.write would each give the GIL up)
+        done, errno, deleted = _write_whole(fd, data)
         return done, OSError(errno, os.strerror(errno)) if errno else None, bool(deleted)
     if os.fstat(fd).st_nlink == 0:
         return 0, None, True
@@ -247,6 +238,20 @@ def _write(fd: int, data: bytes, hold: Wait | None) -> tuple[int, OSError | None
     except OSError as exc:
         return done, exc, False
     return done, None, False
+
+
+def _whole_lines(lines: Sequence[bytes], done: int) -> tuple[int, bool]:
+    """Of ``lines`` written from their start until ``done`` bytes, how many reached the file
+    whole, and whether the start of the next one is in the file (the next write leads with
+    a newline that ends it).  A line cut just before its newline counts whole: that lead
+    makes it whole (retried, it was in the file twice)."""
+    whole = 0
+    for line in lines:
+        if done < len(line):
+            return whole + (done == len(line) - 1), done > 0
+        done -= len(line)
+        whole += 1
+    return whole, False
 
 
 def _line_count(events: Sequence[dict[str, Any] | bytes]) -> int:
@@ -392,11 +397,9 @@ class JsonlExporter:
         encode = self.encode_line
         return [event if isinstance(event, bytes) else encode(event) for event in events]
 
-    def export(self, events: Sequence[dict[str, Any] | bytes], *, hold: Wait | None = None) -> int:
+    def export(self, events: Sequence[dict[str, Any] | bytes]) -> int:
         """Write the events (dicts, or lines made already: one, or many joined) in one
-        ``write``; how many lines it could not take.  Given the writer's ``hold``, a whole
-        write that needs no sync at once is followed by that wait in the same release of
-        the GIL (``hold.done`` says whether it was)."""
+        ``write``; how many lines it could not take."""
         if self._fd is None:
             self.retryable = False
             return _line_count(events)
@@ -404,15 +407,13 @@ class JsonlExporter:
         data = b"".join(lines)
         syncer = self._syncer
         urgent = syncer is not None and any(kind in data for kind in _SYNC_AT_ONCE)
-        if urgent or (syncer is not None and syncer.interval == 0):
-            hold = None  # its sync is asked for at once, not after the hold
         lead = b"\n" if self._cut else b""
         try:
-            done, error, deleted = _write(self._fd, lead + data, hold)
+            done, error, deleted = _write(self._fd, lead + data)
             if deleted:  # recreated, and written there, rather than into the void
                 self._reopen()
                 lead = b""
-                done, error, _ = _write(self._fd, data, None)
+                done, error, _ = _write(self._fd, data)
         except OSError as exc:
             return self._failed(exc, _line_count(events))
         if done and syncer is not None:
@@ -428,17 +429,45 @@ class JsonlExporter:
         lines = [one for line in lines for one in line.splitlines(keepends=True)]
         whole = 0
         if done >= len(lead):  # an earlier cut line is ended
-            left = done - len(lead)
-            for line in lines:
-                if left < len(line):
-                    # All of it but its newline: the next write's lead ends it whole (retried,
-                    # it was in the file twice once the lead made the cut line whole).
-                    whole += left == len(line) - 1
-                    break
-                left -= len(line)
-                whole += 1
-            self._cut = left > 0  # the start of the next line is in the file
+            whole, self._cut = _whole_lines(lines, done - len(lead))
         return self._failed(error, len(lines) - whole)
+
+    def can_drain(self) -> bool:
+        """Whether :meth:`drain` may write now: the file is open, no line of it is cut (the
+        next write leads with a newline), and a sync is not asked after every write."""
+        syncer = self._syncer
+        return self._fd is not None and not self._cut and (syncer is None or syncer.interval != 0)
+
+    def drain(
+        self, lines: Any, gather: float, report_after: float
+    ) -> tuple[int, tuple[bytes, int, float] | None]:
+        """Write the caller's line buffer ``lines`` as lines come, without the GIL
+        (``LineBuffer.drain``, ``_emit_lines.h``), until a flush or close asks, it has
+        written for ``report_after`` seconds, or a batch needs :meth:`export`: one with a
+        checkpoint's line (synced at once), or one whose write failed or found the file
+        deleted.  Returns how many lines of that batch reached the file whole, and the
+        rest of it for :meth:`export` (data, lines, when the first was emitted), or None.
+        The lines written before it are counted in ``lines.drained``."""
+        assert self._fd is not None and not self._cut
+        syncer = self._syncer
+        urgent: tuple[bytes, ...] = ()  # (a pipe or a device: nothing to sync at once)
+        if syncer is not None:
+            # The syncer learns of the writes at the hand-back: a quarter of its interval
+            # late at most, with the default interval (1 s) the pipeline's quarter second.
+            report_after = min(report_after, syncer.interval / 4)
+            urgent = _SYNC_AT_ONCE
+        why, wrote, chunk, done, errno, _ = lines.drain(self._fd, gather, report_after, urgent)
+        if wrote and syncer is not None:
+            syncer.wrote()
+        if chunk is None or why != _DRAIN_FAILED or not done:  # none of it written
+            return 0, chunk
+        data, count, first_t = chunk
+        pieces = data.splitlines(keepends=True)
+        whole, self._cut = _whole_lines(pieces, done)
+        self._failed(OSError(errno, os.strerror(errno)), count - whole)
+        if whole == count:  # all but the last newline, which the next write's lead ends
+            return whole, None
+        return whole, (b"".join(pieces[whole:]), count - whole, first_t)
 
     def _failed(self, exc: OSError, lost: int) -> int:
         if not self._failing:

@@ -388,13 +388,13 @@ def test_an_error_inside_emit_is_raised_and_leaks_nothing(failing):
 def test_a_line_is_appended_by_c_or_by_the_slow_rule_and_nothing_leaks(case):
     """Emit appends the line it makes in C, or what the log's rule (``slow``) makes of a
     value C leaves to it or of a line past the limit; an error from the rule is raised
-    with nothing appended; a writer waiting for a line is woken once.  Nothing is held
+    with nothing appended; a writer waiting for a line is woken.  Nothing is held
     on any path: the values, the time stamp, what the rule returned."""
     stamp = 1.5e9 + 0.25
     value: object = (
         object() if case.startswith("slow") else "v" * (300 if case == "too-long" else 3)
     )
-    slow_line, woken = b'{"slow":1}\n', []
+    slow_line = b'{"slow":1}\n'
 
     def slow(event):
         assert event["t"] == stamp and event["v"] is value
@@ -412,11 +412,16 @@ def test_a_line_is_appended_by_c_or_by_the_slow_rule_and_nothing_leaks(case):
         rename=None,
         run_id="r",
         buffer=buffer,
-        wake=lambda: woken.append(1),
         slow=slow,
         limit=200,
     )
-    buffer.idle = case == "wakes"
+    waiter = threading.Thread(target=buffer.wait)  # a writer waiting for a line
+    if case == "wakes":
+        waiter.start()
+        deadline = time.monotonic() + 10
+        while not buffer.idle and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert buffer.idle
     watched = (stamp, value, slow_line)
     before = [sys.getrefcount(x) for x in watched]
     for _ in range(100):
@@ -425,13 +430,16 @@ def test_a_line_is_appended_by_c_or_by_the_slow_rule_and_nothing_leaks(case):
                 emit("x", v=value)
         else:
             emit("x", v=value)
+    if case == "wakes":  # woken, before the lines are taken (with none, it would wait on)
+        waiter.join(10)
+        assert not waiter.is_alive()
     taken = buffer.take()
     if case == "slow-raises":
         assert taken is None and buffer.lines == 0
     else:
         line = b'{"t":1500000000.25,"run_id":"r","event":"x","v":"vvv"}\n'
         assert taken == ((line if case in ("c", "wakes") else slow_line) * 100, 100, stamp)
-    assert woken == ([1] if case == "wakes" else []) and not buffer.idle
+    assert not buffer.idle
     del taken
     assert [sys.getrefcount(x) for x in watched] == before
 
@@ -473,10 +481,12 @@ def test_a_full_queue_of_lines_counts_its_drops_and_the_report_keeps_time_order(
         return export(events, **hold)
 
     log.export = held  # type: ignore[method-assign]
-    entered.wait(5)  # run.start's write is held
+    assert trace.flush()  # the writer leaves its drain, and finds the log's export replaced
+    trace.emit("first")
+    assert entered.wait(5)  # its write is held
     for i in range(400):
         trace.emit("x", i=i)
-    assert trace.stats.queued == 50  # run.start, taken, and 49 lines
+    assert trace.stats.queued == 50  # "first", taken, and 49 lines
     assert trace.stats.dropped_queue_full == 351
     release.set()
     trace.flush()  # the queued lines are written, and the drops reported after them

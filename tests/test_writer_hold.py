@@ -1,8 +1,12 @@
-"""The writer's hold: under a controller that keeps the GIL busy it writes less often, and a
-flush, a close or an idle controller is never kept waiting by it.
+"""The writer under a controller that keeps the GIL busy: with the compiled emit it writes
+the lines without taking the GIL (its drain); on its Python path (built without a
+compiler) it holds between writes, so it writes less often.  A flush, a close or an idle
+controller is never kept waiting by either.
 
-Each test runs a real trace in a child process (its own ``OTEL_ROLLOUT_WRITER_HOLD``) and
-counts the child's ``write`` system calls from ``/proc/self/io`` (``syscw``).
+Each test runs a real trace in a child process (its own ``OTEL_ROLLOUT_WRITER_HOLD``; the
+Python path by blocking the compiled module's import) and counts the child's ``write``
+system calls from ``/proc/self/io`` (``syscw``) and its main thread's waits for the GIL
+(voluntary context switches, from ``/proc/thread-self/status``).
 """
 
 from __future__ import annotations
@@ -14,13 +18,12 @@ import sys
 import textwrap
 import threading
 import time
-from errno import EBADF
 from pathlib import Path
 
 import pytest
 from conftest import clean_env
 
-from otel_rollout._hold import Hold, PyWaker, Wait
+from otel_rollout._hold import Hold, PyWaker
 from otel_rollout.reader import read_events
 
 try:
@@ -49,8 +52,12 @@ _CONTROLLER = textwrap.dedent(
     """
 )
 
-# The busy controller, then the write calls made meanwhile and how long flush() and close()
-# took.
+# As if built without a compiler: the writer's Python path, event dicts queued.
+_WITHOUT_C = "import sys\nsys.modules['otel_rollout._emit'] = None\n"
+
+# The busy controller, then the write calls made meanwhile, the controller's waits for the
+# GIL (a writer taking it from a busy controller makes it wait for it back), the events in
+# the file before any flush, and how long flush() and close() took.
 _BUSY = _CONTROLLER + textwrap.dedent(
     """
     import json, sys, time
@@ -61,27 +68,39 @@ _BUSY = _CONTROLLER + textwrap.dedent(
             if line.startswith("syscw"):
                 return int(line.split()[1])
 
+    def waits():
+        for line in open("/proc/thread-self/status"):
+            if line.startswith("voluntary_ctxt_switches"):
+                return int(line.split()[1])
+
     trace = RolloutTrace(sys.argv[1])
     rate, seconds = float(sys.argv[2]), float(sys.argv[3])
     time.sleep(0.2)
-    before = writes()
+    before, waited = writes(), waits()
     emitted = controller(trace, rate, seconds)
-    during = writes() - before
+    during, waited = writes() - before, waits() - waited
+    in_file = open(sys.argv[1], "rb").read().count(b'"tick"')
     t = time.perf_counter()
     flushed = trace.flush()
     flush_s = time.perf_counter() - t
     t = time.perf_counter()
     trace.close()
-    print(json.dumps({"writes": during, "emitted": emitted, "flushed": flushed,
-                      "flush_s": flush_s, "close_s": time.perf_counter() - t}))
+    print(json.dumps({"writes": during, "waits": waited, "emitted": emitted,
+                      "in_file": in_file, "flushed": flushed, "flush_s": flush_s,
+                      "close_s": time.perf_counter() - t}))
     """
 )
 
 
-def _busy(tmp: Path, hold: str, rate: float = 5000, seconds: float = 1.0) -> dict:
-    log = tmp / f"hold{hold}.jsonl"
+def _busy(
+    tmp: Path, hold: str, rate: float = 5000, seconds: float = 1.0, compiled: bool = False
+) -> dict:
+    """The busy controller's run, on the writer's Python path unless ``compiled``."""
+    tmp.mkdir(exist_ok=True)
+    log = tmp / f"hold{hold}-{'c' if compiled else 'py'}.jsonl"
+    script = _BUSY if compiled else _WITHOUT_C + _BUSY
     out = subprocess.run(
-        [sys.executable, "-c", _BUSY, str(log), str(rate), str(seconds)],
+        [sys.executable, "-c", script, str(log), str(rate), str(seconds)],
         env=clean_env(OTEL_ROLLOUT_WRITER_HOLD=hold, OTEL_ROLLOUT_CLOSE_TIMEOUT="60"),
         capture_output=True,
         text=True,
@@ -95,8 +114,9 @@ def _busy(tmp: Path, hold: str, rate: float = 5000, seconds: float = 1.0) -> dic
 
 
 def test_a_busy_controller_is_written_for_less_often_and_loses_nothing(tmp_path):
-    """With the GIL kept busy, a 200 ms hold at least halves the writer's write calls against
-    no hold, and every event is in the file, in order, either way."""
+    """On the writer's Python path, with the GIL kept busy, a 200 ms hold at least halves the
+    writer's write calls against no hold, and every event is in the file, in order, either
+    way."""
     unheld = _busy(tmp_path, "0")
     held = _busy(tmp_path, "0.2")
     for result in (unheld, held):
@@ -105,17 +125,36 @@ def test_a_busy_controller_is_written_for_less_often_and_loses_nothing(tmp_path)
 
 
 def test_flush_and_close_end_a_hold_at_once(tmp_path):
-    """A 60 s hold under a busy controller does not make flush() or close() wait it out."""
+    """On the writer's Python path, a 60 s hold under a busy controller does not make flush()
+    or close() wait it out."""
     # The hold starts only once the controller is seen to use half a core or more: on a
     # machine busy with other work it may not, so up to three tries for one that held.
-    for _ in range(3):
-        result = _busy(tmp_path, "60", seconds=0.5)
+    for attempt in range(3):  # (a file of its own each: a try's lines are its own)
+        result = _busy(tmp_path / str(attempt), "60", seconds=0.5)
         if result["writes"] < 10:
             break
     assert result["writes"] < 10, result  # the writer was holding when flush() came
     assert result["flushed"] is True
     assert result["flush_s"] < 20 and result["close_s"] < 20, result
     assert result["written"] == list(range(result["emitted"]))
+
+
+@pytest.mark.skipif(_emit is None, reason="needs the compiled _emit")
+def test_a_busy_controllers_lines_are_written_without_taking_its_gil(tmp_path):
+    """With the compiled emit the writer drains the lines without the GIL: the busy
+    controller waits for the GIL back a few times a second (the drain hands back every
+    quarter second) where the Python path's writer made it wait at every write, the lines
+    reach the file while it runs, and flush() and close() end the drain at once."""
+    drained = _busy(tmp_path, "0.05", compiled=True)
+    python_path = _busy(tmp_path, "0", compiled=False)
+    for result in (drained, python_path):
+        assert result["written"] == list(range(result["emitted"]))
+    assert drained["waits"] <= 60 and drained["waits"] * 4 < python_path["waits"], (
+        drained["waits"], python_path["waits"]
+    )  # fmt: skip
+    assert drained["in_file"] >= drained["emitted"] - 1000, drained  # a fifth of a second
+    assert drained["flushed"] is True
+    assert drained["flush_s"] < 5 and drained["close_s"] < 5, drained
 
 
 _IDLE_EVENTS = 200
@@ -136,10 +175,13 @@ _IDLE = textwrap.dedent(
 )
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["drain", "python-path"])
 @pytest.mark.parametrize("hog", [False, True], ids=["quiet", "core-shared-with-a-cpu-hog"])
-def test_a_controller_waiting_on_io_is_never_held(tmp_path, hog):
+def test_a_controller_waiting_on_io_is_never_held(tmp_path, hog, compiled):
     """With a one-hour hold, a controller that sleeps between events finds each in the file
     while it still runs, also when a CPU hog on its core makes the writer wait for the CPU."""
+    if compiled and _emit is None:
+        pytest.skip("needs the compiled _emit")
     log = tmp_path / "idle.jsonl"
     hogs = []
     cpu = min(os.sched_getaffinity(0))
@@ -149,8 +191,9 @@ def test_a_controller_waiting_on_io_is_never_held(tmp_path, hog):
         spin = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nos.nice(-15)\n"
         spin += "while True: pass"
         hogs = [subprocess.Popen([sys.executable, "-c", spin, str(cpu)])]
+    script = _IDLE if compiled else _WITHOUT_C + _IDLE
     child = subprocess.Popen(
-        [sys.executable, "-c", _IDLE, str(log), str(cpu) if hog else ""],
+        [sys.executable, "-c", script, str(log), str(cpu) if hog else ""],
         env=clean_env(OTEL_ROLLOUT_WRITER_HOLD="3600"),
         stdout=subprocess.PIPE,
         text=True,
@@ -355,102 +398,3 @@ def test_a_waker_ends_one_wait_and_a_wake_left_over_can_be_cleared(make):
     start = time.monotonic()
     assert waker.wait() is True
     assert time.monotonic() - start < 30
-
-
-@pytest.mark.skipif(_emit is None, reason="needs the compiled _emit")
-def test_a_write_and_the_hold_after_it_share_one_call(tmp_path):
-    """write_then_wait writes the whole data, then waits until woken or the time runs out
-    (no waker or no time, no wait); into a deleted file it writes nothing and does not
-    wait, and a bad descriptor is its errno, unwaited."""
-    assert _emit is not None
-    path = tmp_path / "w.jsonl"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-    waker = _emit.Waker()
-    start = time.monotonic()
-    assert _emit.write_then_wait(fd, b"a\n" * 1000, waker, 0.05) == (2000, 0, 0, False)
-    assert time.monotonic() - start >= 0.04
-    assert path.read_bytes() == b"a\n" * 1000
-    threading.Timer(0.1, waker.wake).start()
-    start = time.monotonic()
-    assert _emit.write_then_wait(fd, b"b\n", waker, 60) == (2, 0, 0, True)
-    assert time.monotonic() - start < 30
-    assert _emit.write_then_wait(fd, b"c\n", None, 60) == (2, 0, 0, False)  # no waker
-    assert _emit.write_then_wait(fd, b"", waker, 0.0) == (0, 0, 0, False)
-    path.unlink()
-    start = time.monotonic()
-    assert _emit.write_then_wait(fd, b"d\n", waker, 60) == (0, 0, 1, False)
-    assert time.monotonic() - start < 30
-    os.close(fd)
-    assert _emit.write_then_wait(fd, b"e\n", waker, 60) == (0, EBADF, 0, False)
-
-
-def test_a_ticket_is_the_hold_due_and_a_hold_it_ran_out_is_measured_from_its_end():
-    """ticket() hands out the hold only when one is due and no flush or close is queued;
-    after a write waited it out, the next batch's wait for the GIL counts from its planned
-    end (a short one: not busy), and a ticket woken early counts for nothing."""
-    clocks = Clocks()
-    hold = clocks.hold(0.05)
-    assert hold.ticket(lambda: False) is None  # nothing due yet
-    for _ in range(2):
-        _batch(clocks, hold, 0.005, 1.0)
-    assert hold.due()
-    assert hold.ticket(lambda: True) is None  # a flush is queued: no hold
-    ticket = hold.ticket(lambda: False)
-    assert ticket is not None and ticket.seconds == 0.05 and ticket.issued == clocks.mono
-    ticket.done = True
-    clocks.run(0.05, 1.0)  # the write and the hold, the controller busy meanwhile
-    hold.waited(ticket)
-    emitted = clocks.t - 0.05  # the oldest line waited out the hold...
-    clocks.run(0.0001, 1.0)  # ...but the GIL came back at once after it
-    hold.taken(emitted)
-    assert not hold.due()
-    woken = Wait(None, 0.05, issued=clocks.mono, done=True, woken=True)
-    hold.waited(woken)
-    assert hold._held_until is None
-
-
-# A busy controller as in _BUSY, counting where the writer's holds were waited: in its
-# writes (one release of the GIL for the write and the hold) or on their own.
-_WHERE = _CONTROLLER + textwrap.dedent(
-    """
-    import json, sys, time
-    from otel_rollout.trace import RolloutTrace
-
-    trace = RolloutTrace(sys.argv[1])
-    hold = trace._pipeline._hold
-    counts = {"in_write": 0, "alone": 0}
-    waited, wait = hold.waited, hold.wait
-    def in_write(ticket):
-        counts["in_write"] += 1
-        waited(ticket)
-    def alone(asked):
-        counts["alone"] += 1
-        wait(asked)
-    hold.waited, hold.wait = in_write, alone
-    time.sleep(0.2)
-    emitted = controller(trace, 5000, 1.0)
-    trace.close()
-    print(json.dumps({**counts, "emitted": emitted}))
-    """
-)
-
-
-@pytest.mark.skipif(_emit is None, reason="needs the compiled _emit")
-def test_a_busy_controllers_writer_holds_inside_its_writes(tmp_path):
-    """Under a controller that keeps the GIL busy, the writer waits its holds inside the
-    writes before them (it takes the GIL back once a batch, not twice), and every event
-    is in the file."""
-    log = tmp_path / "where.jsonl"
-    for _ in range(3):  # a machine busy with other work may keep the hold from starting
-        out = subprocess.run(
-            [sys.executable, "-c", _WHERE, str(log)],
-            env=clean_env(OTEL_ROLLOUT_WRITER_HOLD="0.05"),
-            capture_output=True, text=True, check=True, timeout=120,
-        )  # fmt: skip
-        result = json.loads(out.stdout)
-        if result["in_write"] >= 5:
-            break
-        log.unlink()
-    assert result["in_write"] >= 5 and result["alone"] * 2 <= result["in_write"], result
-    seqs = [e["seq"] for e in read_events(log) if e["event"] == "tick"]
-    assert seqs == list(range(result["emitted"]))
