@@ -75,8 +75,9 @@ class Setting(Generic[T]):
         """Warn once of a value that cannot be used, and use the default."""
         if (self.env, raw) not in _WARNED:  # once a value, however often it is read
             _WARNED.add((self.env, raw))
-            _log.warning("otel-rollout: ignoring %s=%r (%s); using %r", self.env, raw, why,
-                         self.default)  # fmt: skip
+            default = "none" if self.default == () else repr(self.default)
+            _log.warning("otel-rollout: ignoring %s=%r (%s); using %s", self.env, raw, why,
+                         default)  # fmt: skip
         return self.default
 
     def check(self, value: T) -> T:
@@ -274,9 +275,26 @@ SPAN_HOLD_BYTES: Setting[int] = Setting(
 
 
 def _trackers(raw: str) -> tuple[str, ...]:
-    from .trackers._spec import parse_specs  # the package's __init__ imports only _spec
+    """The trackers among ``raw``'s comma-separated items.  One that is wrong is warned of
+    (once) and left out, the rest kept: a typo in one does not turn every tracker off.
+    None right: a ValueError (the variable is ignored, with a warning)."""
+    from .trackers._spec import TrackerSpecError, parse_specs  # the package imports only _spec
 
-    return tuple(str(spec) for spec in parse_specs(raw))
+    kept: list[str] = []
+    wrong: list[str] = []
+    for item in raw.split(","):
+        try:
+            kept += [str(spec) for spec in parse_specs(item) if str(spec) not in kept]
+        except TrackerSpecError as exc:
+            wrong.append(str(exc))
+    if wrong and not kept:
+        raise ValueError("; ".join(wrong))
+    for why in wrong:
+        if ("OTEL_ROLLOUT_TRACKERS", why) not in _WARNED:
+            _WARNED.add(("OTEL_ROLLOUT_TRACKERS", why))
+            _log.warning("otel-rollout: OTEL_ROLLOUT_TRACKERS: leaving out %s; logging to %s",
+                         why, ", ".join(kept))  # fmt: skip
+    return tuple(kept)
 
 
 TRACKERS: Setting[tuple[str, ...]] = Setting(

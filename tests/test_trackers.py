@@ -4,6 +4,7 @@ cost, live through kill -9 and resume, backfilled by log-to, and never at the lo
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import time
@@ -245,8 +246,9 @@ def test_log_to_missing_extra_names_it(monkeypatch, capsys, tmp_path) -> None:
     assert "pip install 'otel-rollout[wandb]'" in err and len(err.strip().splitlines()) == 1
 
 
-def test_specs_parse_in_one_place(monkeypatch) -> None:
-    """The variable, configure() and the keyword read specs with the one parser."""
+def test_specs_parse_in_one_place(monkeypatch, caplog) -> None:
+    """The variable, configure() and the keyword read specs with the one parser; a wrong
+    item in the variable is left out with a warning, the others kept."""
     specs = parse_specs("tensorboard:/tmp/a, mlflow:sqlite:////tmp/m.db ,wandb,tb:/tmp/a")
     assert [str(s) for s in specs] == ["tensorboard:/tmp/a", "mlflow:sqlite:////tmp/m.db", "wandb"]
     with pytest.raises(TrackerSpecError, match="unknown tracker"):
@@ -256,6 +258,11 @@ def test_specs_parse_in_one_place(monkeypatch) -> None:
     assert otel.settings().trackers == ("wandb", "mlflow")
     monkeypatch.setenv("OTEL_ROLLOUT_TRACKERS", "comet")  # a typo in a job script: logged, off
     assert otel.settings().trackers == ()
+    monkeypatch.setenv("OTEL_ROLLOUT_TRACKERS", "bogus,wandb")  # one typo: the rest kept
+    with caplog.at_level(logging.WARNING, logger="otel_rollout"):
+        assert config.TRACKERS.resolve() == ("wandb",)
+    assert "leaving out unknown tracker 'bogus'" in caplog.text
+    assert "logging to wandb" in caplog.text
     try:
         otel.configure(trackers="tensorboard:/tmp/x")
         assert otel.settings().trackers == ("tensorboard:/tmp/x",)
