@@ -259,13 +259,22 @@ class TestValidate:
         assert cli("validate", "--strict", str(trace_file)).returncode == 1
 
     def test_json_output(self, cli, trace_file):
-        """--json prints each problem as an object with line, severity and problem."""
+        """--json prints each problem as an object with line, severity and problem, then the
+        counts (a clean file: only those)."""
         with open(trace_file, "ab") as f:
             f.write(b"[]\n")
         n = len(trace_file.read_bytes().splitlines())
         proc = cli("validate", "--json", str(trace_file))
-        (problem,) = [orjson.loads(line) for line in proc.stdout.splitlines()]
+        *problems, last = [orjson.loads(line) for line in proc.stdout.splitlines()]
+        (problem,) = problems
         assert problem["severity"] == "error" and problem["line"] == n
+        summary = last["summary"]  # the counts close the output, for a script to read
+        assert summary["lines"] == n and summary["errors"] == 1 and summary["warnings"] == 0
+        clean = trace_file.with_name("clean.jsonl")
+        clean.write_bytes(trace_file.read_bytes().rsplit(b"[]", 1)[0])
+        out = cli("validate", "--json", str(clean)).stdout
+        (only,) = [orjson.loads(line) for line in out.splitlines()]
+        assert only["summary"]["errors"] == 0 and only["summary"]["events"] == n - 1
 
 
 class TestGeneral:
@@ -516,3 +525,22 @@ def test_demo_replaces_only_a_demos_own_files(tmp_path, cli):
     (project / "checkpoints" / "model.pt").write_bytes(b"weights")
     proc = cli("demo", "--log-dir", str(project), *fast, timeout=60)
     assert proc.returncode == 2 and (project / "checkpoints" / "model.pt").exists()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["batch-age"], ["cost"], ["staleness"], ["validate"], ["validate", "--json"],
+     ["watch", "--once"], ["timeline", "-o", "OUT/t.json"], ["report", "-o", "OUT/r.html"]],
+    ids=lambda c: " ".join(c[:2]),
+)  # fmt: skip
+def test_an_empty_file_is_no_trace(tmp_path, cli, command):
+    """An empty file (a wrong path, a writer that never wrote: a trace's first line is
+    written at once) is one line naming it, exit 2, for every reading command; not a
+    clean, empty report."""
+    path = tmp_path / "empty.jsonl"
+    path.write_bytes(b"")
+    args = [a.replace("OUT", str(tmp_path / "out")) for a in command]
+    proc = cli(args[0], str(path), *args[1:])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"{path}: empty: no events" in proc.stderr
+    assert proc.stdout == ""

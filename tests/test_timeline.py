@@ -356,12 +356,13 @@ class TestCommand:
         proc = cli("timeline", str(tmp_path / "none.jsonl"))
         assert proc.returncode == 2 and "no such file" in proc.stderr
 
-    def test_an_empty_file_is_an_empty_timeline(self, tmp_path, cli):
-        """A file with no events gives a valid timeline with no events, and exit 0."""
-        empty, out = tmp_path / "empty.jsonl", tmp_path / "t.json"
-        empty.write_bytes(b"")
-        assert cli("timeline", str(empty), "-o", str(out)).returncode == 0
-        assert load(out)["traceEvents"] == []
+    def test_a_file_of_one_run_start_is_an_empty_timeline(self, tmp_path, cli):
+        """A run that has only begun (its run.start alone) gives a valid timeline with no
+        events, and exit 0 (an empty file is no trace: test_cli)."""
+        begun, out = tmp_path / "begun.jsonl", tmp_path / "t.json"
+        begun.write_bytes(b'{"t":1.5,"run_id":"r","event":"run.start","schema":1}\n')
+        assert cli("timeline", str(begun), "-o", str(out)).returncode == 0
+        assert [e for e in load(out)["traceEvents"] if e.get("ph") != "M"] == []
 
     def test_help_explains(self, cli):
         """--help names the viewers, the cuts and the gzip rule."""

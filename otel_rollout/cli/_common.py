@@ -77,9 +77,17 @@ def checked_events(reader: EventReader) -> Iterator[Any]:
 
 
 def check_is_trace(reader: EventReader, events_seen: int) -> None:
-    """Raise when a file has lines but is evidently not a trace (its first line is no event)."""
-    if not events_seen and reader.first_line_is_event is False:
+    """Raise when a file is evidently not a trace: it has lines and its first is no event,
+    or it is empty (a trace's writer writes its run.start at once)."""
+    if events_seen:
+        return
+    if reader.first_line_is_event is False:
         raise CliError(f"{reader.path}: not a trace file (none of its lines is a JSON event)")
+    if reader.lines == 0:
+        raise CliError(
+            f"{reader.path}: empty: no events (is it the right file? a trace's writer writes "
+            "its run.start line at once)"
+        )
 
 
 def terminal_progress(label: str) -> Callable[[int, int], None] | None:

@@ -47,7 +47,11 @@ def add_parser(commands: Any) -> None:
         action="store_true",
         help="treat warnings (unknown kinds, torn lines) as errors",
     )
-    parser.add_argument("--json", action="store_true", help="print each problem as a JSON line")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help='print each problem as a JSON line, then {"summary": {lines, events, errors, ...}}',
+    )
     parser.add_argument(
         "--from-spans",
         action="store_true",
@@ -264,4 +268,8 @@ def run(args: argparse.Namespace) -> int:
         f"{counted(errors, 'error')}, {counted(warnings, 'warning')}",
         file=sys.stderr,
     )
+    if args.json:  # the counts as the last JSON line, for a script (a clean file has no other)
+        print_json({"summary": {"lines": reader.lines, "events": sum(kinds.values()),
+                                "unread": invalid + unread[0], "unknown": unknown,
+                                "errors": errors, "warnings": warnings}})  # fmt: skip
     return 1 if errors else 0
