@@ -642,7 +642,7 @@ def test_follow_by_hand_serves_the_newest_run_once_the_one_before_is_over(
         proc.terminate()
         _, err = proc.communicate(timeout=30)
     # Its summary says spans were off, not that none reached an endpoint.
-    assert "from 3 runs → no spans (traces are not exported" in err, err
+    assert "from 3 runs → no spans (OTEL_TRACES_EXPORTER=none)" in err, err
 
 
 class TestWhichRunsKeepTheirMetrics:

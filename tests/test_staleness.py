@@ -117,6 +117,18 @@ class TestKnownAnswers:
         assert record["length_bias"]["long_rollout_starvation"] is None  # nothing went stale
         text = cli("staleness", str(path)).stdout
         assert "long-rollout starvation" in text and "age   1:" in text
+        # one rollout: no tenths to compare (not "no stale discards", which may be untrue)
+        assert "starvation: n/a (fewer than 10 finished rollouts)" in text
+
+    def test_no_stale_discard_at_either_end_says_so(self, tmp_path, cli):
+        """Twenty rollouts, none gone stale: the ratio is n/a for that reason, in words; a
+        prompt wasted once is "at most 1 time"."""
+        b = long_ones_stale(trained=20)
+        b.event("group.reserve", group_id="x", prompt_id=99, size=1, weight_version=0, epoch=0)
+        b.event("group.discard", group_id="x", prompt_id=99, reason="error")
+        text = cli("staleness", str(b.write(tmp_path / "t.jsonl"))).stdout
+        assert "starvation: n/a (no stale discard in the shortest or the longest tenth)" in text
+        assert "(at most 1 time," in text
 
     def test_the_step_table_stays_aligned_past_its_usual_width(self, tmp_path, cli):
         """A step of 10**12 and full run IDs widen their columns: the step table's header

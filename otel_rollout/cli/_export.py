@@ -89,7 +89,10 @@ def run(args: argparse.Namespace) -> int:
         where = _where(args.endpoint, chosen.protocol)
     read = f"{counted(telemetry.events, 'event')} from {counted(len(telemetry.runs), 'run')}"
     if chosen.traces == "none":
-        sent = "no spans (traces are not exported: OTEL_TRACES_EXPORTER or --endpoint say so)"
+        asked = os.environ.get("OTEL_TRACES_EXPORTER", "").strip()
+        why = (f"OTEL_TRACES_EXPORTER={asked}" if asked
+               else "neither OTEL_TRACES_EXPORTER nor --endpoint asks for them")  # fmt: skip
+        sent = f"no spans ({why})"
     else:
         sent = (
             f"{counted(telemetry.spans_made, 'span')}; {telemetry.spans_sent:,} sent to "

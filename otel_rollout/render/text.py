@@ -87,7 +87,10 @@ def write_steps(rows: Sequence[StepAge], out: TextIO, style: Style = PLAIN) -> N
             f"token-weighted mean batch age {shown}, max {as_text(age_field, top)}\n"
         )
     else:
-        out.write(f"{counted(len(rows), 'step')}; none carries token counts, so no batch age\n")
+        out.write(
+            f"{counted(len(rows), 'step')}; none carries token counts, so no batch age (a "
+            "step's tokens by version come from its groups' group.seal tokens_by_version)\n"
+        )
     mismatched = [
         r
         for r in aged
@@ -183,16 +186,22 @@ def write_staleness(record: dict[str, Any], out: TextIO, style: Style = PLAIN) -
                 f"{d['discard_rate']:>10.1%} {d['stale_rate']:>7.1%}\n"
             )
     ratio = bias["long_rollout_starvation"]
-    words = "n/a (no stale discards)" if ratio is None else f"{ratio:.2f}"
+    if not bias["deciles"]:
+        words = "n/a (fewer than 10 finished rollouts)"
+    elif ratio is None:
+        words = "n/a (no stale discard in the shortest or the longest tenth)"
+    else:
+        words = f"{ratio:.2f}"
     out.write(
         f"\nlong-rollout starvation: {words}  (stale rate of the longest tenth ÷ the shortest "
         "tenth; 1 is no bias, above 1 long rollouts are discarded as stale more often)\n"
     )
     p = record["prompts"]
     again = p["share_of_wasted_tokens_more_than_once"]
+    most = counted(p["most_times_wasted"], "time")
     out.write(
         f"\nprompts (once per epoch) whose groups were discarded or lost: {p['prompts_wasted']:,}; "
         "more than "
-        f"once: {p['prompts_wasted_more_than_once']:,} (at most {p['most_times_wasted']} times, "
+        f"once: {p['prompts_wasted_more_than_once']:,} (at most {most}, "
         f"{'n/a' if again is None else f'{again:.1%}'} of the tokens wasted on those prompts)\n"
     )
