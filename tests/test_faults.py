@@ -24,7 +24,7 @@ from conftest import SlowExporter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from otel_rollout import RolloutTrace, _pipeline
+from otel_rollout import RolloutTrace, _writer
 from otel_rollout.exporters import JsonlExporter
 from otel_rollout.reader import EventReader
 from otel_rollout.testing import BlackHole, InMemoryExporter, OtlpReceiver
@@ -221,7 +221,7 @@ class TestPartialWrites:
         assert content.startswith(done) or unended
         assert cut == b"" or (lines[whole].startswith(cut) and cut != lines[whole])
         filler.unlink()
-        tail = _pipeline._last_lines(items, len(batch) - whole)  # what the writer retries
+        tail = _writer._last_lines(items, len(batch) - whole)  # what the writer retries
         assert len(tail) == len(batch) - whole
         assert log.export(tail) == 0
         log.shutdown()
