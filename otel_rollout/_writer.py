@@ -109,6 +109,8 @@ class Writer:
             finally:
                 if lines is not None:
                     lines.written()  # (already, unless the batch failed on the way)
+            if lines is not None and self._drains():
+                continue  # (a batch with a flush or close: the drain goes on, it never holds)
             # Only a writer of the log alone holds: with exporters in this process (spans
             # made in-process, ~50 us an event) the writer's own work is what keeps the
             # GIL busy, and holding only delayed the log (bench/faults.py, in-process
